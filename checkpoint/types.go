@@ -1,0 +1,83 @@
+package checkpoint
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// ID numbers the checkpoints of one task. IDs only grow, also across restarts:
+// a restarted task continues after the highest ID it finds in storage, whether
+// that checkpoint completed or not.
+type ID uint64
+
+// FileRef names one file of a state snapshot in checkpoint storage.
+type FileRef struct {
+	// Name is the object name relative to the storage root.
+	Name string `json:"name"`
+	// Local is the file's name inside the operator's snapshot (for Pebble, the
+	// name inside the DB directory); it is how a restore lays files out again.
+	Local  string `json:"local,omitempty"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	// Shared files (immutable SSTs) may be referenced by several manifests.
+	Shared bool `json:"shared,omitempty"`
+}
+
+// StateHandle is what an operator's state snapshot left in storage.
+type StateHandle struct {
+	// Backend names the state backend that wrote it ("memory", "pebble").
+	Backend string    `json:"backend"`
+	Files   []FileRef `json:"files,omitempty"`
+	// Size is the full size of the snapshot and Incremental the bytes this
+	// checkpoint uploaded anew.
+	Size        int64 `json:"size"`
+	Incremental int64 `json:"incremental"`
+}
+
+// SourcePosition is the position of the next record a source would emit for
+// one of its splits (for Kafka: topic and partition; Offset the next offset).
+type SourcePosition struct {
+	Source    string `json:"source"`
+	Topic     string `json:"topic,omitempty"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
+}
+
+// Committable is a pre-committed transaction a sink will commit once the
+// checkpoint that holds it completes.
+type Committable struct {
+	Operator        string `json:"operator"`
+	TransactionalID string `json:"transactional_id"`
+	ProducerID      int64  `json:"producer_id"`
+	Epoch           int16  `json:"epoch"`
+	// Data carries what a non-Kafka sink needs to commit (tests use it).
+	Data json.RawMessage `json:"data,omitempty"`
+}
+
+// Ack is one participant's acknowledgement of a checkpoint: its share of the
+// manifest. A participant is an operator of the task (sources and sinks too).
+type Ack struct {
+	Operator     string           `json:"operator"`
+	State        *StateHandle     `json:"state,omitempty"`
+	Sources      []SourcePosition `json:"sources,omitempty"`
+	Committables []Committable    `json:"committables,omitempty"`
+	// Alignment is how long the operator's inputs were blocked aligning.
+	Alignment time.Duration `json:"alignment_ns,omitempty"`
+}
+
+// FormatVersion is the manifest format this code writes and reads.
+const FormatVersion = 1
+
+// Manifest is the commit point of one checkpoint of one task. It is written
+// once, atomically, and never rewritten.
+type Manifest struct {
+	Version    int       `json:"version"`
+	Job        string    `json:"job"`
+	Task       int       `json:"task"`
+	Checkpoint ID        `json:"checkpoint"`
+	Timestamp  time.Time `json:"timestamp"`
+	// Epoch is the owner's fencing epoch: a restore never takes a manifest of
+	// a zombie owner for its own (see DESIGN.md, Fencing).
+	Epoch     int64 `json:"epoch"`
+	Operators []Ack `json:"operators"`
+}
