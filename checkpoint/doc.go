@@ -1,11 +1,32 @@
 // Package checkpoint holds what a consistent snapshot is made of, knowing
 // nothing of Kafka or of operators: the checkpoint coordinator (a pure state
-// machine that takes events and returns actions), the manifest that is the
-// commit point of a checkpoint, and the storage that holds manifests and state
-// files (memory, file://, later s3://).
+// machine that takes events and returns actions), the driver that runs it,
+// the manifest that is the commit point of a checkpoint, and the storage that
+// holds manifests and state files (memory, file://, later s3://).
 //
-// Duties of the caller: drive the Coordinator from one goroutine, carry out the
-// actions it returns in order, and feed back their outcome (ManifestWritten or
-// ManifestFailed). A manifest is written once with Storage.PutIfAbsent and
-// never rewritten; a checkpoint is complete only when its manifest is durable.
+// The Coordinator decides; it has no goroutines, clocks or I/O. The Driver
+// runs one Coordinator per task on one goroutine: it ticks it on time, feeds
+// it the participants' Ack and Decline (which may come from any goroutine),
+// calls the task's Executor for Trigger, NotifyComplete and NotifyAborted, and
+// writes manifests.
+//
+// Duties of the caller: create the Coordinator with the highest checkpoint ID
+// found in storage (ListCheckpoints), so IDs never repeat across restarts;
+// give it every operator of the task as a participant, and have each of them
+// Ack (or Decline) every checkpoint it sees the barrier of; cancel Run's
+// context to stop, after TriggerNow and the NotifyComplete of the final
+// checkpoint when shutting down cleanly. Whoever drives a Coordinator without
+// a Driver carries out its actions in order and feeds back their outcome
+// (ManifestWritten or ManifestFailed).
+//
+// A manifest is written once with Storage.PutIfAbsent and never rewritten; a
+// checkpoint is complete only when its manifest is durable. Manifests and
+// state files carry SHA-256 checksums (EncodeManifest, PutFile) that readers
+// verify (DecodeManifest, GetVerified); a mismatch wraps ErrCorrupt.
+//
+// Object layout under the storage root:
+//
+//	<job>/tasks/<task>/chk-<id, 20 digits>/manifest.json  commit point (ManifestName)
+//	<job>/tasks/<task>/chk-<id, 20 digits>/...            files of that checkpoint only (CheckpointDir)
+//	<job>/shared/<task>/...                                immutable files shared by checkpoints (SharedDir)
 package checkpoint

@@ -1,0 +1,167 @@
+package checkpoint
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// ErrCorrupt is wrapped by errors about data that fails its checksum or size
+// check: a manifest, or a state file read with GetVerified.
+var ErrCorrupt = errors.New("checkpoint: corrupt data")
+
+// maxManifestSize bounds what ReadManifest reads: a manifest lists file
+// references, not data, so anything bigger is not one.
+const maxManifestSize = 64 << 20
+
+// envelope is the stored form of a manifest: the manifest body and a SHA-256
+// over it. The hash covers the compact JSON of the body, so the stored file
+// may be indented for people to read.
+type envelope struct {
+	Version  int             `json:"version"`
+	SHA256   string          `json:"sha256"`
+	Manifest json.RawMessage `json:"manifest"`
+}
+
+// EncodeManifest returns the stored form of m: versioned, checksummed JSON.
+func EncodeManifest(m Manifest) ([]byte, error) {
+	if m.Version != FormatVersion {
+		return nil, fmt.Errorf("encode manifest of checkpoint %d: version %d, this build writes %d", m.Checkpoint, m.Version, FormatVersion)
+	}
+	body, err := json.Marshal(m)
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest of checkpoint %d: %w", m.Checkpoint, err)
+	}
+	sum := sha256.Sum256(body)
+	out, err := json.MarshalIndent(envelope{Version: m.Version, SHA256: hex.EncodeToString(sum[:]), Manifest: body}, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode manifest of checkpoint %d: %w", m.Checkpoint, err)
+	}
+	return append(out, '\n'), nil
+}
+
+// DecodeManifest parses what EncodeManifest wrote. It refuses a format
+// version it does not know and data that fails its checksum (ErrCorrupt).
+func DecodeManifest(b []byte) (Manifest, error) {
+	var head struct {
+		Version int `json:"version"`
+	}
+	if err := json.Unmarshal(b, &head); err != nil {
+		return Manifest{}, fmt.Errorf("decode manifest: %w: %w", ErrCorrupt, err)
+	}
+	if head.Version != FormatVersion {
+		return Manifest{}, fmt.Errorf("decode manifest: unsupported format version %d (this build reads version %d)", head.Version, FormatVersion)
+	}
+	var env envelope
+	if err := json.Unmarshal(b, &env); err != nil {
+		return Manifest{}, fmt.Errorf("decode manifest: %w: %w", ErrCorrupt, err)
+	}
+	var body bytes.Buffer
+	if err := json.Compact(&body, env.Manifest); err != nil {
+		return Manifest{}, fmt.Errorf("decode manifest: %w: %w", ErrCorrupt, err)
+	}
+	sum := sha256.Sum256(body.Bytes())
+	if got := hex.EncodeToString(sum[:]); got != env.SHA256 {
+		return Manifest{}, fmt.Errorf("decode manifest: %w: sha256 of body is %s, manifest says %q", ErrCorrupt, got, env.SHA256)
+	}
+	var m Manifest
+	if err := json.Unmarshal(body.Bytes(), &m); err != nil {
+		return Manifest{}, fmt.Errorf("decode manifest: %w: %w", ErrCorrupt, err)
+	}
+	if m.Version != env.Version {
+		return Manifest{}, fmt.Errorf("decode manifest: %w: body version %d, envelope version %d", ErrCorrupt, m.Version, env.Version)
+	}
+	return m, nil
+}
+
+// IDs are zero-padded in names so that names sort like IDs (see the package
+// documentation for the layout).
+
+const manifestFile = "manifest.json"
+
+func tasksDir(job string, task int) string { return job + "/tasks/" + strconv.Itoa(task) + "/" }
+
+// CheckpointDir is the folder of checkpoint id of a task, ending in "/".
+func CheckpointDir(job string, task int, id ID) string {
+	return fmt.Sprintf("%schk-%020d/", tasksDir(job, task), uint64(id))
+}
+
+// ManifestName is the object name of the manifest of checkpoint id.
+func ManifestName(job string, task int, id ID) string {
+	return CheckpointDir(job, task, id) + manifestFile
+}
+
+// SharedDir is the folder of a task's files shared between checkpoints,
+// ending in "/".
+func SharedDir(job string, task int) string {
+	return job + "/shared/" + strconv.Itoa(task) + "/"
+}
+
+// ListCheckpoints returns the completed checkpoints of a task (those with a
+// manifest), ascending, and the highest ID seen at all, including folders of
+// checkpoints that never completed: a restarted task continues after highest
+// so that it never reuses an ID. It does not read the manifests.
+func ListCheckpoints(ctx context.Context, st Storage, job string, task int) (completed []ID, highest ID, err error) {
+	prefix := tasksDir(job, task)
+	names, err := st.List(ctx, prefix)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list checkpoints of %s task %d: %w", job, task, err)
+	}
+	for _, name := range names {
+		dir, rest, ok := strings.Cut(strings.TrimPrefix(name, prefix), "/")
+		if !ok {
+			continue
+		}
+		digits, ok := strings.CutPrefix(dir, "chk-")
+		if !ok {
+			continue
+		}
+		n, perr := strconv.ParseUint(digits, 10, 64)
+		if perr != nil {
+			continue
+		}
+		id := ID(n)
+		highest = max(highest, id)
+		if rest == manifestFile {
+			completed = append(completed, id)
+		}
+	}
+	slices.Sort(completed)
+	return slices.Compact(completed), highest, nil
+}
+
+// ReadManifest reads and verifies the manifest of checkpoint id of a task.
+// A missing manifest wraps ErrNotFound. A manifest that names another job,
+// task or checkpoint than its place in storage is refused.
+func ReadManifest(ctx context.Context, st Storage, job string, task int, id ID) (Manifest, error) {
+	name := ManifestName(job, task, id)
+	rc, err := st.Get(ctx, name)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("read manifest %s: %w", name, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxManifestSize+1))
+	if err != nil {
+		return Manifest{}, fmt.Errorf("read manifest %s: %w", name, err)
+	}
+	if len(b) > maxManifestSize {
+		return Manifest{}, fmt.Errorf("read manifest %s: %w: larger than %d bytes", name, ErrCorrupt, maxManifestSize)
+	}
+	m, err := DecodeManifest(b)
+	if err != nil {
+		return Manifest{}, fmt.Errorf("read manifest %s: %w", name, err)
+	}
+	if m.Job != job || m.Task != task || m.Checkpoint != id {
+		return Manifest{}, fmt.Errorf("read manifest %s: %w: it describes job %q task %d checkpoint %d",
+			name, ErrCorrupt, m.Job, m.Task, m.Checkpoint)
+	}
+	return m, nil
+}

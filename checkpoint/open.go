@@ -1,0 +1,35 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+	"strings"
+)
+
+// Open returns the checkpoint storage a URI names:
+//
+//	memory, memory://   a fresh Memory storage with default options
+//	file:///abs/path    a File storage at /abs/path
+//	file://rel/path     a File storage at rel/path, relative to the working directory
+//
+// s3://bucket/prefix is not supported yet; it comes with the S3 storage.
+func Open(ctx context.Context, uri string) (Storage, error) {
+	switch {
+	case uri == "memory" || uri == "memory://":
+		return NewMemory(MemoryOptions{}), nil
+	case strings.HasPrefix(uri, "file://"):
+		dir := strings.TrimPrefix(uri, "file://")
+		if dir == "" {
+			return nil, fmt.Errorf("checkpoint storage %q: file:// needs a path, as in file:///var/lib/weir", uri)
+		}
+		st, err := NewFile(dir)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint storage %q: %w", uri, err)
+		}
+		return st, nil
+	case strings.HasPrefix(uri, "s3://"):
+		return nil, fmt.Errorf("checkpoint storage %q: s3:// is not supported yet (it comes in a later release); use file:// or memory", uri)
+	default:
+		return nil, fmt.Errorf("checkpoint storage %q: unknown scheme; want memory or file://PATH", uri)
+	}
+}
