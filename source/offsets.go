@@ -1,0 +1,170 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// ErrPartitionMismatch is wrapped by the error PartitionCount and a reader's
+// open return when the input topics do not all have the same partition
+// count.
+var ErrPartitionMismatch = errors.New("input topics have different partition counts")
+
+// PartitionCount returns the partition count shared by topics: the number of
+// tasks of a job that reads them. It fails if a topic does not exist or if
+// the counts differ, naming every topic and its count. opts are extra client
+// options (TLS, SASL).
+func PartitionCount(ctx context.Context, brokers, topics []string, opts ...kgo.Opt) (int, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+	if err != nil {
+		return 0, fmt.Errorf("partition count: %w", err)
+	}
+	defer cl.Close()
+	return partitionCount(ctx, kadm.NewClient(cl), topics)
+}
+
+func partitionCount(ctx context.Context, adm *kadm.Client, topics []string) (int, error) {
+	if len(topics) == 0 {
+		return 0, errors.New("partition count: no topics")
+	}
+	tds, err := adm.ListTopics(ctx, topics...)
+	if err != nil {
+		return 0, fmt.Errorf("describe topics %s: %w", strings.Join(topics, ", "), err)
+	}
+	counts := make([]string, 0, len(topics))
+	n, same := -1, true
+	for _, t := range topics {
+		td, ok := tds[t]
+		if !ok {
+			return 0, fmt.Errorf("input topic %q: not in metadata", t)
+		}
+		if td.Err != nil {
+			return 0, fmt.Errorf("input topic %q: %w", t, td.Err)
+		}
+		c := len(td.Partitions)
+		if n >= 0 && c != n {
+			same = false
+		}
+		n = c
+		counts = append(counts, fmt.Sprintf("%s=%d", t, c))
+	}
+	if !same {
+		return 0, fmt.Errorf("%w (%s): a task reads partition p of every input topic, so all need the same count",
+			ErrPartitionMismatch, strings.Join(counts, ", "))
+	}
+	return n, nil
+}
+
+// startOffsets resolves the start setting to a concrete offset of partition
+// p of each topic.
+func startOffsets[T any](ctx context.Context, adm *kadm.Client, cfg *Config[T], topics []string, p int32) (map[string]int64, error) {
+	var (
+		listed kadm.ListedOffsets
+		err    error
+	)
+	switch cfg.start() {
+	case StartEarliest:
+		listed, err = adm.ListStartOffsets(ctx, topics...)
+	case StartLatest:
+		// The last stable offset, not the high watermark: records of a
+		// transaction open now are delivered if it commits later.
+		listed, err = adm.ListCommittedOffsets(ctx, topics...)
+	case StartTimestamp:
+		listed, err = adm.ListOffsetsAfterMilli(ctx, cfg.StartTime.UnixMilli(), topics...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list %s offsets: %w", cfg.start(), err)
+	}
+	out := make(map[string]int64, len(topics))
+	for _, t := range topics {
+		o, ok := listed.Lookup(t, p)
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("list %s offsets: no answer for %s/%d", cfg.start(), t, p)
+		case o.Err != nil:
+			return nil, fmt.Errorf("list %s offsets of %s/%d: %w", cfg.start(), t, p, o.Err)
+		case o.Offset < 0:
+			return nil, fmt.Errorf("list %s offsets of %s/%d: broker returned offset %d", cfg.start(), t, p, o.Offset)
+		}
+		out[t] = o.Offset
+	}
+	return out, nil
+}
+
+// Committer writes a consumer group's committed offsets from checkpoint
+// positions, so that Kafka tooling (kafka-consumer-groups, lag exporters)
+// shows a job's lag. Those offsets are for monitoring only: nothing reads
+// them back, restores use checkpoints.
+//
+// The group should have no active members: the broker refuses an offset
+// commit from outside the group's generation while members are joined. Give
+// lag monitoring its own group id if the workers' group shares the job's.
+type Committer struct {
+	cl    *kgo.Client
+	adm   *kadm.Client
+	group string
+}
+
+// NewCommitter returns a committer for group. Close it when done.
+func NewCommitter(brokers []string, group string, opts ...kgo.Opt) (*Committer, error) {
+	if group == "" {
+		return nil, errors.New("committer: empty group id")
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("committer for group %s: %w", group, err)
+	}
+	return &Committer{cl: cl, adm: kadm.NewClient(cl), group: group}, nil
+}
+
+// CommitOffsets commits positions (for instance those of a completed
+// checkpoint's manifest, see ManifestPositions) as the group's offsets.
+// Positions without a topic (non-Kafka sources) are ignored; where two
+// positions name one partition the smaller offset is committed, which
+// overstates lag rather than hiding it.
+func (c *Committer) CommitOffsets(ctx context.Context, positions []checkpoint.SourcePosition) error {
+	offsets := make(kadm.Offsets)
+	for _, p := range positions {
+		if p.Topic == "" || p.Offset < 0 {
+			continue
+		}
+		if o, ok := offsets.Lookup(p.Topic, p.Partition); ok {
+			if o.At <= p.Offset {
+				continue
+			}
+			offsets.Delete(p.Topic, p.Partition) // Add keeps the larger
+		}
+		offsets.Add(kadm.Offset{Topic: p.Topic, Partition: p.Partition, At: p.Offset, LeaderEpoch: -1})
+	}
+	if len(offsets) == 0 {
+		return nil
+	}
+	resp, err := c.adm.CommitOffsets(ctx, c.group, offsets)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("commit offsets of group %s: %w", c.group, err)
+	}
+	return nil
+}
+
+// Close closes the committer's client.
+func (c *Committer) Close() { c.cl.Close() }
+
+// ManifestPositions returns the source positions of every operator of m.
+func ManifestPositions(m checkpoint.Manifest) []checkpoint.SourcePosition {
+	var out []checkpoint.SourcePosition
+	for _, a := range m.Operators {
+		out = append(out, a.Sources...)
+	}
+	return slices.Clip(out)
+}
