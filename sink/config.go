@@ -1,0 +1,220 @@
+package sink
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Encoder turns a value of the job into the Kafka record to write. Topic may
+// be left empty (the sink's Config.Topic is used); a record naming another
+// topic is written there, inside the same transaction. The encoder may not
+// keep v or the returned record.
+type Encoder[T any] func(v T) (*kgo.Record, error)
+
+// ValueEncoder writes each value with a codec (for instance a state.Codec:
+// anything with Append(dst []byte, v T) []byte) as the record value, without
+// a key: records spread over partitions by franz-go's default partitioner.
+func ValueEncoder[T any](c interface{ Append([]byte, T) []byte }) Encoder[T] {
+	return func(v T) (*kgo.Record, error) { return &kgo.Record{Value: c.Append(nil, v)}, nil }
+}
+
+// KeyValueEncoder writes key(v) as the record key and the codec's bytes as its
+// value: records with the same key go to the same partition.
+func KeyValueEncoder[T any](key func(T) []byte, c interface{ Append([]byte, T) []byte }) Encoder[T] {
+	return func(v T) (*kgo.Record, error) { return &kgo.Record{Key: key(v), Value: c.Append(nil, v)}, nil }
+}
+
+// Delivery is the guarantee a sink gives.
+type Delivery string
+
+const (
+	// ExactlyOnce writes the records between two barriers in one Kafka
+	// transaction, pre-committed at the barrier and committed once the
+	// checkpoint completes (two-phase commit, see DESIGN.md). Readers must
+	// read read_committed. It is the default.
+	ExactlyOnce Delivery = "exactly-once"
+	// AtLeastOnce writes with an idempotent producer and flushes at every
+	// barrier: everything before a checkpoint is in Kafka when it completes,
+	// but a restore writes again what followed it.
+	AtLeastOnce Delivery = "at-least-once"
+	// None writes fire-and-forget (acks=1, no flush at barriers): records
+	// buffered when a task fails are lost.
+	None Delivery = "none"
+)
+
+// ParseDelivery parses "exactly-once", "at-least-once" or "none".
+func ParseDelivery(s string) (Delivery, error) {
+	switch v := Delivery(strings.ToLower(strings.TrimSpace(s))); v {
+	case ExactlyOnce, AtLeastOnce, None:
+		return v, nil
+	}
+	return "", fmt.Errorf("delivery %q: want %s, %s or %s", s, ExactlyOnce, AtLeastOnce, None)
+}
+
+// Defaults and bounds of Config.
+const (
+	// MinPoolSize is the fewest transactional ids a task's sink may own: one
+	// for the open transaction, one for the pre-committed one waiting for
+	// its checkpoint, one for the committed one the newest manifest still
+	// names (see CheckPoolSize).
+	MinPoolSize = 3
+	// DefaultPoolSize leaves room for two consecutive failed checkpoints
+	// (or one, when commit notifications and barriers race; see
+	// CheckPoolSize).
+	DefaultPoolSize = 5
+	// DefaultTransactionTimeout bounds how long a pre-committed transaction
+	// can wait for its commit. It must exceed interval × (tolerable
+	// failures + 1) + restart time (CheckTimeout) and must not exceed the
+	// broker's transaction.max.timeout.ms (15 minutes by default).
+	DefaultTransactionTimeout = 10 * time.Minute
+)
+
+// Config configures a Kafka sink. The zero value of every optional field means
+// its documented default. Field names are the setting names that Validate's
+// errors use.
+type Config[T any] struct {
+	// Brokers are the bootstrap addresses (host:port). Required.
+	Brokers []string
+	// Topic receives the records whose encoder left Record.Topic empty.
+	// Required.
+	Topic string
+	// Encode turns a value into a record. Required.
+	Encode Encoder[T]
+
+	// Delivery is ExactlyOnce by default.
+	Delivery Delivery
+	// TransactionalIDPrefix names the transactional ids of the exactly-once
+	// sink: "<prefix>-<task>-<slot>". Default: "<job>-<operator>", the
+	// job name and the sink operator's name, so that two sinks of one job
+	// never share ids. Two jobs (or two sinks) must never share a prefix:
+	// each would fence the other. Refused with another delivery.
+	TransactionalIDPrefix string
+	// PoolSize is K, the number of transactional ids (slots) per task, at
+	// least MinPoolSize. Default DefaultPoolSize. See CheckPoolSize.
+	PoolSize int
+	// TransactionTimeout is the producer's transaction timeout: a
+	// transaction neither committed nor aborted within it is aborted by
+	// the broker, which loses a pre-committed checkpoint. Default
+	// DefaultTransactionTimeout. See CheckTimeout.
+	TransactionTimeout time.Duration
+
+	// ClientOpts are extra franz-go options (TLS, SASL, linger, batch
+	// sizes, a partitioner, ...), applied after the sink's own, so they can
+	// override them; overriding the transactional id, the transaction
+	// timeout, acks or idempotency breaks the guarantees above.
+	ClientOpts []kgo.Opt
+}
+
+// Validate reports every bad setting, joined, each naming its field.
+func (c *Config[T]) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if len(c.Brokers) == 0 {
+		bad("Brokers: empty, need at least one bootstrap address")
+	}
+	for i, b := range c.Brokers {
+		if strings.TrimSpace(b) == "" {
+			bad("Brokers[%d]: empty address", i)
+		}
+	}
+	if c.Topic == "" {
+		bad("Topic: empty, need the output topic")
+	}
+	if c.Encode == nil {
+		bad("Encode: nil encoder")
+	}
+	switch c.Delivery {
+	case "", ExactlyOnce:
+		if c.PoolSize != 0 && c.PoolSize < MinPoolSize {
+			bad("PoolSize: %d, want at least %d (or 0 for %d)", c.PoolSize, MinPoolSize, DefaultPoolSize)
+		}
+		if c.TransactionTimeout < 0 {
+			bad("TransactionTimeout: %v, want > 0 (or 0 for %v)", c.TransactionTimeout, DefaultTransactionTimeout)
+		}
+		if c.TransactionTimeout > 0 && c.TransactionTimeout < time.Second {
+			// The broker's unit is milliseconds, and anything this short
+			// aborts transactions faster than a checkpoint can complete.
+			bad("TransactionTimeout: %v, want at least 1s", c.TransactionTimeout)
+		}
+		if p := c.TransactionalIDPrefix; p != "" && strings.TrimSpace(p) != p {
+			bad("TransactionalIDPrefix: %q has leading or trailing spaces", p)
+		}
+	case AtLeastOnce, None:
+		if c.TransactionalIDPrefix != "" {
+			bad("TransactionalIDPrefix: set, but Delivery is %q (only %q uses transactions)", c.Delivery, ExactlyOnce)
+		}
+		if c.PoolSize != 0 {
+			bad("PoolSize: set, but Delivery is %q (only %q uses transactions)", c.Delivery, ExactlyOnce)
+		}
+		if c.TransactionTimeout != 0 {
+			bad("TransactionTimeout: set, but Delivery is %q (only %q uses transactions)", c.Delivery, ExactlyOnce)
+		}
+	default:
+		bad("Delivery: %q, want %q, %q or %q", c.Delivery, ExactlyOnce, AtLeastOnce, None)
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Config[T]) delivery() Delivery {
+	if c.Delivery == "" {
+		return ExactlyOnce
+	}
+	return c.Delivery
+}
+
+func (c *Config[T]) poolSize() int {
+	if c.PoolSize == 0 {
+		return DefaultPoolSize
+	}
+	return c.PoolSize
+}
+
+func (c *Config[T]) txnTimeout() time.Duration {
+	if c.TransactionTimeout == 0 {
+		return DefaultTransactionTimeout
+	}
+	return c.TransactionTimeout
+}
+
+// CheckTimeout refuses a transaction timeout that a pre-committed transaction
+// can outlive while the checkpoint naming it is still restorable: the
+// transaction must survive tolerableFailures failed checkpoints after its
+// own (each an interval long), one more interval for the checkpoint that
+// commits it, and the time a failed task takes to restart and resume it
+// (restartAllowance: restart backoff, restore download, broker round
+// trips). A shorter timeout lets the broker abort a transaction whose
+// checkpoint is the newest, which invalidates it (see Validate). The worker
+// calls this at start with its configuration.
+func CheckTimeout(txnTimeout, interval time.Duration, tolerableFailures int, restartAllowance time.Duration) error {
+	if txnTimeout <= 0 || interval <= 0 || tolerableFailures < 0 || restartAllowance < 0 {
+		return fmt.Errorf("sink transaction timeout check: transaction timeout (%v) and checkpoint interval (%v) must be positive, tolerable failures (%d) and restart allowance (%v) not negative",
+			txnTimeout, interval, tolerableFailures, restartAllowance)
+	}
+	need := interval*time.Duration(tolerableFailures+1) + restartAllowance
+	if txnTimeout <= need {
+		return fmt.Errorf("sink transaction timeout %v is too short: it must exceed checkpoint interval %v × (tolerable failures %d + 1) + restart allowance %v = %v; raise the sink's TransactionTimeout (at most the broker's transaction.max.timeout.ms) or lower the checkpoint interval or tolerable failures",
+			txnTimeout, interval, tolerableFailures, restartAllowance, need)
+	}
+	return nil
+}
+
+// CheckPoolSize refuses a pool of transactional ids too small for the
+// checkpoints a job tolerates to fail. While checkpoints fail, their
+// pre-committed transactions stay pending, each holding a slot; with f
+// consecutive failures the sink holds f pending slots, plus the committed
+// slot the newest manifest names, plus the one just pre-committed, plus one
+// to write the next transaction into: f + 3. The sink cannot wait for a slot
+// (commits arrive on the goroutine that would wait), so running out fails
+// the task with ErrNoFreeSlot; the worker calls this at start so that a
+// configuration which could run out is refused instead.
+func CheckPoolSize(poolSize, tolerableFailures int) error {
+	if need := tolerableFailures + MinPoolSize; poolSize < need {
+		return fmt.Errorf("sink pool size %d is too small for %d tolerable checkpoint failures: need at least tolerable failures + %d = %d transactional ids per task; raise the sink's PoolSize or lower tolerable failures",
+			poolSize, tolerableFailures, MinPoolSize, need)
+	}
+	return nil
+}

@@ -1,0 +1,409 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/runtime"
+)
+
+// Kafka returns a factory of Kafka sink writers, one per task, after
+// validating cfg (every bad setting is reported, joined).
+func Kafka[T any](cfg Config[T]) (runtime.SinkFactory[T], error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("kafka sink: %w", err)
+	}
+	cfg.Brokers = append([]string(nil), cfg.Brokers...)
+	cfg.ClientOpts = append([]kgo.Opt(nil), cfg.ClientOpts...)
+	return func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+		log := info.Logger
+		if log == nil {
+			log = slog.New(slog.DiscardHandler)
+		}
+		switch cfg.delivery() {
+		case AtLeastOnce, None:
+			if len(restored) > 0 {
+				return nil, fmt.Errorf("kafka sink %s: the restored checkpoint holds %d transactions of an exactly-once sink, but Delivery is %q; restore with %q once to commit them",
+					info.Operator, len(restored), cfg.Delivery, ExactlyOnce)
+			}
+			return openPlain(cfg, info, log)
+		}
+		return openTxn(ctx, cfg, info, log, restored)
+	}, nil
+}
+
+// Validator returns a function that tells whether committables of a Kafka
+// sink can still commit (see Validate), with a client made from brokers and
+// opts for each call. It has no Kafka types in its signature, so the worker
+// can hand it to a runtime that knows nothing of Kafka.
+func Validator(brokers []string, opts ...kgo.Opt) func(context.Context, []checkpoint.Committable) error {
+	return func(ctx context.Context, cs []checkpoint.Committable) error {
+		if len(cs) == 0 {
+			return nil
+		}
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+		if err != nil {
+			return fmt.Errorf("kafka client: %w", err)
+		}
+		defer cl.Close()
+		return Validate(ctx, cl, cs)
+	}
+}
+
+// TransactionalIDs returns the pool of transactional ids of one task of an
+// exactly-once sink: "<prefix>-<task>-<slot>" for slot 0..poolSize-1.
+func TransactionalIDs(prefix string, task, poolSize int) []string {
+	ids := make([]string, poolSize)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d-%d", prefix, task, i)
+	}
+	return ids
+}
+
+// DefaultTransactionalIDPrefix is the prefix used when
+// Config.TransactionalIDPrefix is empty: "<job>-<operator>".
+func DefaultTransactionalIDPrefix(job, operator string) string { return job + "-" + operator }
+
+// asyncErr keeps the first error of a produce promise; promises run on
+// franz-go's goroutines.
+type asyncErr struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (a *asyncErr) set(err error) {
+	a.mu.Lock()
+	if a.err == nil {
+		a.err = err
+	}
+	a.mu.Unlock()
+}
+
+func (a *asyncErr) get() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.err
+}
+
+// --- exactly-once ------------------------------------------------------------
+
+type txnWriter[T any] struct {
+	cfg  Config[T]
+	info runtime.TaskInfo
+	log  *slog.Logger
+	ids  []string
+
+	clients []*kgo.Client // per slot; nil until initialised
+	pool    *pool
+	cur     int // the slot of the open transaction, -1 for none
+	written int // records written into it
+	failed  asyncErr
+}
+
+func openTxn[T any](ctx context.Context, cfg Config[T], info runtime.TaskInfo, log *slog.Logger, restored []checkpoint.Committable) (_ *txnWriter[T], err error) {
+	prefix := cfg.TransactionalIDPrefix
+	if prefix == "" {
+		prefix = DefaultTransactionalIDPrefix(info.Job, info.Operator)
+	}
+	w := &txnWriter[T]{
+		cfg:     cfg,
+		info:    info,
+		log:     log,
+		ids:     TransactionalIDs(prefix, info.Task, cfg.poolSize()),
+		clients: make([]*kgo.Client, cfg.poolSize()),
+		pool:    newPool(cfg.poolSize()),
+		cur:     -1,
+	}
+	defer func() {
+		if err != nil {
+			w.closeClients()
+		}
+	}()
+
+	// Recovery, step 1: commit what the restored manifest names.
+	if len(restored) > 0 {
+		if err := w.recover(ctx, restored); err != nil {
+			return nil, fmt.Errorf("kafka sink %s, task %d: recover %d committables: %w", info.Operator, info.Task, len(restored), err)
+		}
+	}
+	// Step 2: initialise every other slot afresh. InitProducerID bumps the
+	// epoch: it fences a zombie owner's producer and aborts any
+	// transaction left open after the checkpoint. The restored slots are
+	// re-initialised at the first completed checkpoint instead (see
+	// pool.complete): until then the coordinator's record of them is the
+	// only evidence that they committed, and a restore from the same
+	// manifest after another failure needs it.
+	var g errgroup.Group
+	for i := range w.ids {
+		if w.pool.slots[i].state == slotRestored {
+			continue
+		}
+		g.Go(func() error { return w.initSlot(ctx, i) })
+	}
+	if err := g.Wait(); err != nil {
+		return nil, fmt.Errorf("kafka sink %s, task %d: %w", info.Operator, info.Task, err)
+	}
+	w.openNext()
+	return w, nil
+}
+
+func (w *txnWriter[T]) recover(ctx context.Context, restored []checkpoint.Committable) error {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(w.cfg.Brokers...)}, w.cfg.ClientOpts...)...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	sts, err := commitRestored(ctx, cl, restored)
+	if err != nil {
+		return err
+	}
+	slotOf := make(map[string]int, len(w.ids))
+	for i, id := range w.ids {
+		slotOf[id] = i
+	}
+	for _, st := range sts {
+		c := st.Committable
+		w.log.Info("restored transaction committed",
+			"transactional_id", c.TransactionalID, "producer_id", c.ProducerID, "epoch", c.Epoch,
+			"coordinator_state", st.State, "coordinator_epoch", st.Epoch)
+		if i, ok := slotOf[c.TransactionalID]; ok {
+			w.pool.restored(i, c)
+		}
+	}
+	return nil
+}
+
+// initSlot makes slot i's client and initialises its producer id.
+func (w *txnWriter[T]) initSlot(ctx context.Context, i int) error {
+	if w.clients[i] != nil {
+		w.clients[i].Close()
+		w.clients[i] = nil
+	}
+	opts := append([]kgo.Opt{
+		kgo.SeedBrokers(w.cfg.Brokers...),
+		kgo.TransactionalID(w.ids[i]),
+		kgo.TransactionTimeout(w.cfg.txnTimeout()),
+		kgo.DefaultProduceTopic(w.cfg.Topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()),
+	}, w.cfg.ClientOpts...)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("kafka client for %s: %w", w.ids[i], err)
+	}
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		cl.Close()
+		return fmt.Errorf("initialise transactional id %s: %w", w.ids[i], err)
+	}
+	w.log.Debug("transactional id initialised", "transactional_id", w.ids[i], "producer_id", pid, "epoch", epoch)
+	w.clients[i] = cl
+	return nil
+}
+
+// openNext picks the slot of the next transaction as soon as one is free,
+// not at the next record: a writer keeps writing into the slot it picked
+// until it pre-commits there. A zombie writer's picked slot is one the new
+// owner initialised (it held no pre-committed transaction), so the zombie is
+// fenced there and never reaches the restored slots the new owner has not
+// yet re-initialised.
+func (w *txnWriter[T]) openNext() {
+	if w.cur >= 0 {
+		return
+	}
+	i, err := w.pool.acquire()
+	if err != nil {
+		return // Write tries again and reports it
+	}
+	w.cur, w.written = i, 0
+}
+
+func (w *txnWriter[T]) Write(ctx context.Context, v T) error {
+	if err := w.failed.get(); err != nil {
+		return err
+	}
+	r, err := w.cfg.Encode(v)
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	if r.Topic == "" {
+		r.Topic = w.cfg.Topic
+	}
+	if w.cur < 0 {
+		i, err := w.pool.acquire()
+		if err != nil {
+			return fmt.Errorf("kafka sink %s, task %d: %w", w.info.Operator, w.info.Task, err)
+		}
+		w.cur, w.written = i, 0
+	}
+	cl := w.clients[w.cur]
+	if w.written == 0 {
+		// franz-go begins the transaction on the broker with the first
+		// record: a barrier interval without records ends nothing.
+		if err := cl.BeginTransaction(); err != nil {
+			return fmt.Errorf("begin transaction on %s: %w", w.ids[w.cur], err)
+		}
+	}
+	w.written++
+	id := w.ids[w.cur]
+	cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+		if err != nil {
+			w.failed.set(fmt.Errorf("produce in transaction %s: %w", id, err))
+		}
+	})
+	return nil
+}
+
+func (w *txnWriter[T]) PreCommit(ctx context.Context, id checkpoint.ID) ([]checkpoint.Committable, error) {
+	if w.cur >= 0 && w.written > 0 {
+		cl := w.clients[w.cur]
+		if err := cl.Flush(ctx); err != nil {
+			return nil, fmt.Errorf("flush transaction %s: %w", w.ids[w.cur], err)
+		}
+		if err := w.failed.get(); err != nil {
+			return nil, err
+		}
+		// Read after the flush: the producer id and epoch the broker
+		// holds the open transaction under (under transaction protocol
+		// v2 the epoch changes with every transaction).
+		pid, epoch, err := cl.ProducerID(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("producer id of %s: %w", w.ids[w.cur], err)
+		}
+		w.pool.preCommit(w.cur, id, checkpoint.Committable{
+			Operator:        w.info.Operator,
+			TransactionalID: w.ids[w.cur],
+			ProducerID:      pid,
+			Epoch:           epoch,
+		})
+		w.cur, w.written = -1, 0
+		w.openNext()
+	}
+	return w.pool.pending(id), nil
+}
+
+func (w *txnWriter[T]) Commit(ctx context.Context, id checkpoint.ID) error {
+	if err := w.failed.get(); err != nil {
+		return err
+	}
+	for _, i := range w.pool.toCommit(id) {
+		if err := w.clients[i].EndTransaction(ctx, kgo.TryCommit); err != nil {
+			c := w.pool.slots[i].committable
+			return fmt.Errorf("commit transaction %s (producer id %d, epoch %d) of checkpoint %d: %w",
+				c.TransactionalID, c.ProducerID, c.Epoch, w.pool.slots[i].checkpoint, err)
+		}
+		w.pool.committed(i)
+	}
+	for _, i := range w.pool.complete(id) {
+		if err := w.initSlot(ctx, i); err != nil {
+			return err
+		}
+		w.pool.reinitialised(i)
+	}
+	w.openNext()
+	return nil
+}
+
+// Close aborts the open transaction, whose records no checkpoint names, so
+// that read_committed readers need not wait for its timeout. Pre-committed
+// transactions are left to the next owner's recovery.
+func (w *txnWriter[T]) Close() error {
+	if w.cur >= 0 && w.written > 0 && w.clients[w.cur] != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cl := w.clients[w.cur]
+		if err := cl.AbortBufferedRecords(ctx); err == nil {
+			if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+				w.log.Debug("abort open transaction on close", "transactional_id", w.ids[w.cur], "err", err)
+			}
+		}
+		cancel()
+	}
+	w.closeClients()
+	return nil
+}
+
+func (w *txnWriter[T]) closeClients() {
+	for i, cl := range w.clients {
+		if cl != nil {
+			cl.Close()
+			w.clients[i] = nil
+		}
+	}
+}
+
+// --- at-least-once and none ------------------------------------------------------
+
+type plainWriter[T any] struct {
+	cfg    Config[T]
+	cl     *kgo.Client
+	flush  bool
+	log    *slog.Logger
+	failed asyncErr
+	once   sync.Once
+}
+
+func openPlain[T any](cfg Config[T], info runtime.TaskInfo, log *slog.Logger) (*plainWriter[T], error) {
+	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic(cfg.Topic)}
+	if cfg.delivery() == None {
+		opts = append(opts, kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.LeaderAck()))
+	} else {
+		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))
+	}
+	cl, err := kgo.NewClient(append(opts, cfg.ClientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka sink %s, task %d: kafka client: %w", info.Operator, info.Task, err)
+	}
+	return &plainWriter[T]{cfg: cfg, cl: cl, flush: cfg.delivery() == AtLeastOnce, log: log}, nil
+}
+
+func (w *plainWriter[T]) Write(ctx context.Context, v T) error {
+	if err := w.failed.get(); err != nil {
+		return err
+	}
+	r, err := w.cfg.Encode(v)
+	if err != nil {
+		return fmt.Errorf("encode: %w", err)
+	}
+	if r.Topic == "" {
+		r.Topic = w.cfg.Topic
+	}
+	w.cl.Produce(ctx, r, w.promise)
+	return nil
+}
+
+func (w *plainWriter[T]) promise(r *kgo.Record, err error) {
+	if err == nil {
+		return
+	}
+	if w.flush {
+		w.failed.set(fmt.Errorf("produce to %s: %w", r.Topic, err))
+		return
+	}
+	// Fire and forget: say so once, do not fail the task.
+	w.once.Do(func() {
+		w.log.Warn("record not delivered (delivery none: not retried, further failures not logged)", "topic", r.Topic, "err", err)
+	})
+}
+
+func (w *plainWriter[T]) PreCommit(ctx context.Context, _ checkpoint.ID) ([]checkpoint.Committable, error) {
+	if !w.flush {
+		return nil, nil
+	}
+	if err := w.cl.Flush(ctx); err != nil {
+		return nil, fmt.Errorf("flush: %w", err)
+	}
+	return nil, w.failed.get()
+}
+
+func (w *plainWriter[T]) Commit(context.Context, checkpoint.ID) error { return w.failed.get() }
+
+func (w *plainWriter[T]) Close() error {
+	w.cl.Close()
+	return nil
+}

@@ -1,0 +1,385 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// Outcome is what became of a pre-committed transaction, as far as the
+// transaction coordinator's record tells.
+type Outcome int
+
+const (
+	// Committable: the transaction is still open with the saved producer
+	// id and epoch; resuming it commits it.
+	Committable Outcome = iota
+	// Committed: the coordinator committed it (or is writing its commit
+	// markers: the decision is durable).
+	Committed
+	// Lost: the coordinator aborted it (transaction timeout, fenced by a
+	// newer owner), or moved on to a later epoch without a record of
+	// committing it. Its records will never be visible.
+	Lost
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Committable:
+		return "committable"
+	case Committed:
+		return "committed"
+	case Lost:
+		return "lost"
+	}
+	return fmt.Sprintf("Outcome(%d)", int(o))
+}
+
+// Status is what Check found for one committable.
+type Status struct {
+	Committable checkpoint.Committable
+	Outcome     Outcome
+	// State, ProducerID and Epoch are the coordinator's record of the
+	// transactional id: a DescribeTransactions state ("Ongoing",
+	// "CompleteCommit", ...), or "NotFound" when it has none.
+	State      string
+	ProducerID int64
+	Epoch      int16
+	// Probed says the record alone was not conclusive and an EndTxn
+	// retry with the saved producer id and epoch decided (see Check).
+	Probed bool
+	// Refusal is the broker's answer to the last EndTxn that did not
+	// commit (a probe or a resume), if any.
+	Refusal error
+}
+
+// LostError says a committable of a checkpoint names a transaction that can
+// no longer commit: the checkpoint is invalid, restore must walk back to an
+// earlier one (DESIGN.md: a checkpoint is valid only if its committables are
+// committed or still committable).
+type LostError struct {
+	TransactionalID string
+	ProducerID      int64
+	Epoch           int16
+	// State is the coordinator's state of the transactional id, with its
+	// current producer id and epoch.
+	State       string
+	NowProducer int64
+	NowEpoch    int16
+	// ProbeFailure is the broker's refusal of an EndTxn with the saved
+	// producer id and epoch, when one was sent.
+	ProbeFailure error
+}
+
+// InvalidatesCheckpoint marks the error for callers that cannot import this
+// package (the runtime): the checkpoint whose committables were restored is
+// invalid, an earlier one may still be.
+func (e *LostError) InvalidatesCheckpoint() bool { return true }
+
+func (e *LostError) Error() string {
+	s := fmt.Sprintf("transaction %s (producer id %d, epoch %d) is lost: the coordinator has it %s at producer id %d, epoch %d",
+		e.TransactionalID, e.ProducerID, e.Epoch, e.State, e.NowProducer, e.NowEpoch)
+	if e.ProbeFailure != nil {
+		s += fmt.Sprintf(" and refused to commit it: %v", e.ProbeFailure)
+	}
+	return s
+}
+
+// Check asks the transaction coordinators what became of each committable,
+// without committing anything. The decision table, from the coordinator's
+// record of the transactional id (DescribeTransactions) and the committable's
+// producer id P and epoch E:
+//
+//	Ongoing at (P, E)                        Committable
+//	PrepareCommit or CompleteCommit at P and
+//	  E+1 (transaction.version 2), E (below)  Committed
+//	PrepareAbort, CompleteAbort,
+//	  PrepareEpochFence, Dead                 Lost
+//	no record (TRANSACTIONAL_ID_NOT_FOUND),
+//	  another producer id                     Lost
+//	anything else (Empty or Ongoing at a
+//	  later epoch, a commit at a later one)   probe
+//
+// A probe sends EndTxn(commit) with (P, E), which can change nothing in
+// these states: the broker answers success only to the retry of a commit it
+// completed at exactly that epoch (Committed); any error means Lost. The
+// record is asked first, not the probe alone, because a refusal looks the
+// same whether the transaction aborted or committed and a later one began
+// (PRODUCER_FENCED); only a success is evidence. A real broker with
+// transaction protocol v2 answers the cases above from the record; the
+// probe decides on brokers that do not keep Complete* states (kfake reports
+// Empty after both a commit and an abort).
+func Check(ctx context.Context, cl *kgo.Client, committables []checkpoint.Committable) ([]Status, error) {
+	tv, err := transactionVersion(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Status, 0, len(committables))
+	for _, c := range committables {
+		st, err := check(ctx, cl, tv, c)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// Validate reports, joined, a *LostError for every committable that can no
+// longer commit, and nil when all are committed or committable: whether a
+// checkpoint holding these committables may be restored. It commits
+// nothing. Errors other than *LostError mean the question could not be
+// answered (the broker is unreachable, ...), not that the checkpoint is
+// invalid.
+func Validate(ctx context.Context, cl *kgo.Client, committables []checkpoint.Committable) error {
+	sts, err := Check(ctx, cl, committables)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, st := range sts {
+		if st.Outcome == Lost {
+			errs = append(errs, st.lostError())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (st Status) lostError() *LostError {
+	return &LostError{
+		TransactionalID: st.Committable.TransactionalID,
+		ProducerID:      st.Committable.ProducerID,
+		Epoch:           st.Committable.Epoch,
+		State:           st.State,
+		NowProducer:     st.ProducerID,
+		NowEpoch:        st.Epoch,
+		ProbeFailure:    st.Refusal,
+	}
+}
+
+// classify is the decision table of Check without the probe: ok false means
+// the record is not conclusive.
+func classify(tv int16, c checkpoint.Committable, state string, pid int64, epoch int16) (Outcome, bool) {
+	committedEpoch := c.Epoch
+	if tv >= 2 {
+		// Under KIP-890 part 2 ending a transaction bumps the epoch.
+		committedEpoch = c.Epoch + 1
+	}
+	switch {
+	case state == stateNotFound, pid != c.ProducerID:
+		return Lost, true
+	case state == "PrepareAbort", state == "CompleteAbort", state == "PrepareEpochFence", state == "Dead":
+		return Lost, true
+	case state == "Ongoing" && epoch == c.Epoch:
+		return Committable, true
+	case (state == "PrepareCommit" || state == "CompleteCommit") && epoch == committedEpoch:
+		return Committed, true
+	case epoch < c.Epoch:
+		// The coordinator never goes back; this record is not of our
+		// transaction's producer.
+		return Lost, true
+	}
+	return Lost, false
+}
+
+const stateNotFound = "NotFound"
+
+func check(ctx context.Context, cl *kgo.Client, tv int16, c checkpoint.Committable) (Status, error) {
+	st := Status{Committable: c}
+	state, pid, epoch, err := describe(ctx, cl, c.TransactionalID)
+	if err != nil {
+		return st, err
+	}
+	st.State, st.ProducerID, st.Epoch = state, pid, epoch
+	o, ok := classify(tv, c, state, pid, epoch)
+	st.Outcome = o
+	if ok {
+		return st, nil
+	}
+	st.Probed = true
+	perr, err := endTxn(ctx, cl, c, true)
+	if err != nil {
+		return st, err
+	}
+	if perr == nil {
+		st.Outcome = Committed
+	}
+	st.Refusal = perr
+	return st, nil
+}
+
+// describe returns the coordinator's record of a transactional id, retrying
+// while the coordinator moves or loads.
+func describe(ctx context.Context, cl *kgo.Client, txnID string) (state string, pid int64, epoch int16, err error) {
+	adm := kadm.NewClient(cl)
+	for b := newBackoff(); ; {
+		ds, err := adm.DescribeTransactions(ctx, txnID)
+		var d kadm.DescribedTransaction
+		if err == nil {
+			var ok bool
+			if d, ok = ds[txnID]; !ok {
+				err = fmt.Errorf("no answer for %s", txnID)
+			} else {
+				err = d.Err
+			}
+		}
+		switch {
+		case err == nil:
+			return d.State, d.ProducerID, d.ProducerEpoch, nil
+		case errors.Is(err, kerr.TransactionalIDNotFound):
+			return stateNotFound, -1, -1, nil
+		case retriableCoordinator(err):
+			if werr := b.wait(ctx); werr != nil {
+				return "", 0, 0, fmt.Errorf("describe transaction %s: %w (last error: %v)", txnID, werr, err)
+			}
+		default:
+			return "", 0, 0, fmt.Errorf("describe transaction %s: %w", txnID, err)
+		}
+	}
+}
+
+// endTxn sends EndTxn with the committable's producer id and epoch through
+// cl, which routes it to the transaction coordinator, retrying while the
+// coordinator is busy, moving or loading. It returns the broker's final
+// refusal as refused, and transport failures (the outcome unknown) as err.
+func endTxn(ctx context.Context, cl *kgo.Client, c checkpoint.Committable, commit bool) (refused, err error) {
+	for b := newBackoff(); ; {
+		req := kmsg.NewPtrEndTxnRequest()
+		req.TransactionalID = c.TransactionalID
+		req.ProducerID = c.ProducerID
+		req.ProducerEpoch = c.Epoch
+		req.Commit = commit
+		resp, err := req.RequestWith(ctx, cl)
+		if err == nil {
+			err = kerr.ErrorForCode(resp.ErrorCode)
+			if err == nil {
+				return nil, nil
+			}
+			if !retriableCoordinator(err) {
+				return err, nil
+			}
+		}
+		if werr := b.wait(ctx); werr != nil {
+			return nil, fmt.Errorf("end transaction %s: %w (last error: %v)", c.TransactionalID, werr, err)
+		}
+	}
+}
+
+// retriableCoordinator: the coordinator is busy with the transaction (a
+// previous end is still writing markers), moving, loading, or the request
+// did not reach it.
+func retriableCoordinator(err error) bool {
+	switch {
+	case errors.Is(err, kerr.ConcurrentTransactions),
+		errors.Is(err, kerr.CoordinatorLoadInProgress),
+		errors.Is(err, kerr.NotCoordinator),
+		errors.Is(err, kerr.CoordinatorNotAvailable),
+		errors.Is(err, kerr.RequestTimedOut):
+		return true
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return false // any other Kafka error is the broker's answer
+	}
+	return kgo.IsRetryableBrokerErr(err)
+}
+
+// commitRestored brings every restored committable to Committed: it resumes
+// the open ones with EndTxn at their saved producer id and epoch, and
+// re-asks the coordinator until its record shows the commit. It returns a
+// *LostError (joined, one per transaction) when any cannot commit.
+func commitRestored(ctx context.Context, cl *kgo.Client, committables []checkpoint.Committable) ([]Status, error) {
+	tv, err := transactionVersion(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	var (
+		out  []Status
+		lost []error
+	)
+	for _, c := range committables {
+		st, err := commitOne(ctx, cl, tv, c)
+		if err != nil {
+			return nil, err
+		}
+		if st.Outcome == Lost {
+			lost = append(lost, st.lostError())
+			continue
+		}
+		out = append(out, st)
+	}
+	return out, errors.Join(lost...)
+}
+
+func commitOne(ctx context.Context, cl *kgo.Client, tv int16, c checkpoint.Committable) (Status, error) {
+	// Each round asks the record first; a commit that the broker refused
+	// (or whose answer was lost) is judged by the next round's record, not
+	// by the refusal.
+	const rounds = 10
+	var refusal error
+	for range rounds {
+		st, err := check(ctx, cl, tv, c)
+		if err != nil {
+			return st, err
+		}
+		if st.Outcome != Committable {
+			if st.Refusal == nil {
+				st.Refusal = refusal
+			}
+			return st, nil
+		}
+		refused, err := endTxn(ctx, cl, c, true)
+		if err != nil {
+			return st, fmt.Errorf("resume transaction %s: %w", c.TransactionalID, err)
+		}
+		refusal = refused
+	}
+	return Status{}, fmt.Errorf("resume transaction %s (producer id %d, epoch %d): still open after %d commit attempts, last refusal: %v",
+		c.TransactionalID, c.ProducerID, c.Epoch, rounds, refusal)
+}
+
+// transactionVersion is the cluster's finalized transaction.version feature
+// level (0 when the broker does not report it).
+func transactionVersion(ctx context.Context, cl *kgo.Client) (int16, error) {
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.ClientSoftwareName = "weir"
+	req.ClientSoftwareVersion = "0"
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		return 0, fmt.Errorf("api versions: %w", err)
+	}
+	if err := kerr.ErrorForCode(resp.ErrorCode); err != nil {
+		return 0, fmt.Errorf("api versions: %w", err)
+	}
+	for _, f := range resp.FinalizedFeatures {
+		if f.Name == "transaction.version" {
+			return f.MaxVersionLevel, nil
+		}
+	}
+	return 0, nil
+}
+
+// backoff waits 50ms, doubling up to 1s, between retries of one request.
+type backoff struct{ d time.Duration }
+
+func newBackoff() *backoff { return &backoff{d: 50 * time.Millisecond} }
+
+func (b *backoff) wait(ctx context.Context) error {
+	t := time.NewTimer(b.d)
+	defer t.Stop()
+	b.d = min(2*b.d, time.Second)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,50 @@
+package sink
+
+import (
+	"testing"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// The decision table of Check, with the records a real Kafka 4.4 broker
+// (transaction.version 2) and kfake showed for a transaction pre-committed
+// at producer id 7, epoch 3.
+func TestClassify(t *testing.T) {
+	c := checkpoint.Committable{TransactionalID: "t", ProducerID: 7, Epoch: 3}
+	const inconclusive = Outcome(-1)
+	tests := []struct {
+		name  string
+		tv    int16
+		state string
+		pid   int64
+		epoch int16
+		want  Outcome
+	}{
+		{"open, as pre-committed", 2, "Ongoing", 7, 3, Committable},
+		{"commit markers being written (broker, right after EndTxn)", 2, "PrepareCommit", 7, 4, Committed},
+		{"committed, tv2 bumps the epoch", 2, "CompleteCommit", 7, 4, Committed},
+		{"committed, tv1 keeps it", 1, "CompleteCommit", 7, 3, Committed},
+		{"aborted by transaction timeout (broker)", 2, "CompleteAbort", 7, 4, Lost},
+		{"abort in progress", 2, "PrepareAbort", 7, 4, Lost},
+		{"being fenced", 2, "PrepareEpochFence", 7, 4, Lost},
+		{"no record of the id", 2, stateNotFound, -1, -1, Lost},
+		{"another producer id", 2, "Ongoing", 8, 0, Lost},
+		{"older epoch than saved", 2, "Ongoing", 7, 2, Lost},
+		{"fenced by InitProducerID, or committed then re-initialised (broker)", 2, "Empty", 7, 5, inconclusive},
+		{"committed or aborted (kfake keeps no Complete states)", 2, "Empty", 7, 4, inconclusive},
+		{"a later transaction is open", 2, "Ongoing", 7, 4, inconclusive},
+		{"a later transaction committed", 2, "CompleteCommit", 7, 5, inconclusive},
+		{"tv1: a commit at a later epoch", 1, "CompleteCommit", 7, 4, inconclusive},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, ok := classify(tt.tv, c, tt.state, tt.pid, tt.epoch)
+			if !ok {
+				got = inconclusive
+			}
+			if got != tt.want {
+				t.Fatalf("classify(tv %d, %s at %d/%d) = %v (conclusive %v), want %v", tt.tv, tt.state, tt.pid, tt.epoch, got, ok, tt.want)
+			}
+		})
+	}
+}
