@@ -24,6 +24,30 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
+// createTopics creates topics and waits until the broker's metadata shows
+// them: on a real broker CreateTopics returns before every broker's metadata
+// knows the topic, and a reader opening then would see UNKNOWN_TOPIC.
+func createTopics(t *testing.T, c *testcluster.Cluster, partitions int32, topics ...string) {
+	t.Helper()
+	c.CreateTopics(t, partitions, topics...)
+	adm := c.Admin(t)
+	deadline := time.Now().Add(waitFor)
+	for {
+		tds, err := adm.ListTopics(testCtx(t), topics...)
+		ready := err == nil
+		for _, topic := range topics {
+			td, ok := tds[topic]
+			ready = ready && ok && td.Err == nil && len(td.Partitions) == int(partitions)
+		}
+		if ready {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("topics %v not in metadata within %v: %v", topics, waitFor, err)
+		}
+	}
+}
+
 // str decodes a record's value as a string.
 func str(r *kgo.Record) (string, error) { return string(r.Value), nil }
 

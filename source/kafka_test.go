@@ -20,7 +20,7 @@ import (
 func TestReadsOnlyItsPartition(t *testing.T) {
 	c := testcluster.Kafka(t)
 	a, b := testcluster.UniqueName(t, "a"), testcluster.UniqueName(t, "b")
-	c.CreateTopics(t, 3, a, b)
+	createTopics(t, c, 3, a, b)
 	pr := producer(t, c)
 	for p := range int32(3) {
 		produce(t, pr, a, p, values(fmt.Sprintf("a%d-", p), 0, 4)...)
@@ -57,7 +57,7 @@ func TestReadsOnlyItsPartition(t *testing.T) {
 func TestPositionsFollowPoll(t *testing.T) {
 	c := testcluster.Kafka(t)
 	topic := testcluster.UniqueName(t, "in")
-	c.CreateTopics(t, 1, topic)
+	createTopics(t, c, 1, topic)
 	produce(t, producer(t, c), topic, 0, values("v", 0, 10)...)
 
 	r := openReader(t, source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str, MaxPollRecords: 3}, 0, nil)
@@ -91,7 +91,7 @@ func TestPositionsFollowPoll(t *testing.T) {
 func TestRestoreResumesExactly(t *testing.T) {
 	c := testcluster.Kafka(t)
 	a, b := testcluster.UniqueName(t, "a"), testcluster.UniqueName(t, "b")
-	c.CreateTopics(t, 2, a, b)
+	createTopics(t, c, 2, a, b)
 	pr := producer(t, c)
 	produce(t, pr, a, 0, values("a", 0, 20)...)
 	produce(t, pr, b, 0, values("b", 0, 5)...)
@@ -134,7 +134,7 @@ func TestRestoreResumesExactly(t *testing.T) {
 func TestStart(t *testing.T) {
 	c := testcluster.Kafka(t)
 	topic := testcluster.UniqueName(t, "in")
-	c.CreateTopics(t, 1, topic)
+	createTopics(t, c, 1, topic)
 	pr := producer(t, c)
 	base := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
 	for i := range 5 {
@@ -198,8 +198,8 @@ func TestStart(t *testing.T) {
 func TestPartitionCounts(t *testing.T) {
 	c := testcluster.Kafka(t)
 	two, three := testcluster.UniqueName(t, "two"), testcluster.UniqueName(t, "three")
-	c.CreateTopics(t, 2, two)
-	c.CreateTopics(t, 3, three)
+	createTopics(t, c, 2, two)
+	createTopics(t, c, 3, three)
 	ctx := testCtx(t)
 
 	n, err := source.PartitionCount(ctx, c.Brokers, []string{three})
@@ -238,7 +238,7 @@ func TestPartitionCounts(t *testing.T) {
 func TestRestoredPositionsChecked(t *testing.T) {
 	c := testcluster.Kafka(t)
 	topic := testcluster.UniqueName(t, "in")
-	c.CreateTopics(t, 2, topic)
+	createTopics(t, c, 2, topic)
 	cfg := source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str}
 
 	_, err := openReaderErr(t, cfg, 0, []checkpoint.SourcePosition{{Source: "src", Topic: topic, Partition: 1, Offset: 0}})
@@ -260,7 +260,7 @@ func TestRestoredPositionsChecked(t *testing.T) {
 func TestRestoredOffsetOutOfRange(t *testing.T) {
 	c := testcluster.Kafka(t)
 	topic := testcluster.UniqueName(t, "in")
-	c.CreateTopics(t, 1, topic)
+	createTopics(t, c, 1, topic)
 	produce(t, producer(t, c), topic, 0, "v0")
 	r := openReader(t, source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str}, 0,
 		[]checkpoint.SourcePosition{{Source: "src", Topic: topic, Partition: 0, Offset: 100}})
@@ -289,7 +289,7 @@ func TestDecodeFailure(t *testing.T) {
 
 	setup := func(t *testing.T) (in string) {
 		in = testcluster.UniqueName(t, "in")
-		c.CreateTopics(t, 1, in)
+		createTopics(t, c, 1, in)
 		pr := producer(t, c)
 		produce(t, pr, in, 0, "1", "2")
 		produceRecords(t, pr, &kgo.Record{Topic: in, Key: []byte("k"), Value: []byte("bad"),
@@ -301,7 +301,7 @@ func TestDecodeFailure(t *testing.T) {
 	t.Run("dead-letter", func(t *testing.T) {
 		in := setup(t)
 		dlq := testcluster.UniqueName(t, "dlq")
-		c.CreateTopics(t, 1, dlq)
+		createTopics(t, c, 1, dlq)
 		r := openReader(t, source.Config[int]{Brokers: c.Brokers, Topics: []string{in}, Decode: atoi, DeadLetterTopic: dlq}, 0, nil)
 		got := drain(t, r, 3)
 		if !slices.Equal(got.Values, []int{1, 2, 4}) {
@@ -415,7 +415,7 @@ func readAll(t *testing.T, c *testcluster.Cluster, topic string, n int) []*kgo.R
 func TestIdlePollReturnsPromptly(t *testing.T) {
 	c := testcluster.Kafka(t)
 	topic := testcluster.UniqueName(t, "in")
-	c.CreateTopics(t, 1, topic)
+	createTopics(t, c, 1, topic)
 	const wait = 50 * time.Millisecond
 	r := openReader(t, source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str, PollWait: wait}, 0, nil)
 	// Generous against slow CI and -race, still far below franz-go's 5s
@@ -443,7 +443,7 @@ func TestIdlePollReturnsPromptly(t *testing.T) {
 func TestCommitter(t *testing.T) {
 	c := testcluster.Kafka(t)
 	topic := testcluster.UniqueName(t, "in")
-	c.CreateTopics(t, 2, topic)
+	createTopics(t, c, 2, topic)
 	produce(t, producer(t, c), topic, 0, values("v", 0, 9)...)
 	group := testcluster.UniqueName(t, "group")
 

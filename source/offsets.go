@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -104,9 +105,11 @@ func startOffsets[T any](ctx context.Context, adm *kadm.Client, cfg *Config[T], 
 // shows a job's lag. Those offsets are for monitoring only: nothing reads
 // them back, restores use checkpoints.
 //
-// The group should have no active members: the broker refuses an offset
-// commit from outside the group's generation while members are joined. Give
-// lag monitoring its own group id if the workers' group shares the job's.
+// The group must have no active members: the broker refuses an offset commit
+// from outside the group's generation while members are joined
+// (UNKNOWN_MEMBER_ID, checked on Kafka 4.4 and kfake). If the workers of a job
+// form a consumer group under the job's group id, give lag monitoring another
+// id (for instance "<group>-lag").
 type Committer struct {
 	cl    *kgo.Client
 	adm   *kadm.Client
@@ -150,6 +153,10 @@ func (c *Committer) CommitOffsets(ctx context.Context, positions []checkpoint.So
 	resp, err := c.adm.CommitOffsets(ctx, c.group, offsets)
 	if err == nil {
 		err = resp.Error()
+	}
+	if errors.Is(err, kerr.UnknownMemberID) || errors.Is(err, kerr.IllegalGeneration) {
+		return fmt.Errorf("commit offsets of group %s: %w (the group has active members, which an "+
+			"outside commit may not race; give lag monitoring a group id of its own)", c.group, err)
 	}
 	if err != nil {
 		return fmt.Errorf("commit offsets of group %s: %w", c.group, err)

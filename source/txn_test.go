@@ -47,7 +47,7 @@ func (p *txnProducer) end(commit bool) {
 func TestTransactionsResumeExactly(t *testing.T) {
 	c := testcluster.Kafka(t)
 	topic := testcluster.UniqueName(t, "in")
-	c.CreateTopics(t, 2, topic)
+	createTopics(t, c, 2, topic)
 	tx := newTxnProducer(t, c)
 	plain := producer(t, c)
 
@@ -131,7 +131,7 @@ func TestTransactionsResumeExactly(t *testing.T) {
 func TestStartLatestSeesOpenTransaction(t *testing.T) {
 	c := testcluster.Kafka(t)
 	topic := testcluster.UniqueName(t, "in")
-	c.CreateTopics(t, 1, topic)
+	createTopics(t, c, 1, topic)
 	produce(t, producer(t, c), topic, 0, "old")
 	tx := newTxnProducer(t, c)
 	tx.begin(topic, "open0", "open1")
