@@ -1,0 +1,486 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/testcluster"
+	"github.com/weirstream/weir/runtime"
+)
+
+// These tests run on kfake by default and on the broker named by
+// KAFKA_BROKERS (for instance from scripts/kafka start). They log what the
+// transaction coordinator answered, to compare the two.
+
+type env struct {
+	t       *testing.T
+	cluster *testcluster.Cluster
+	admin   *kadm.Client
+	plain   *kgo.Client
+	topic   string
+	prefix  string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	c := testcluster.Kafka(t)
+	e := &env{
+		t:       t,
+		cluster: c,
+		plain:   c.Client(t),
+		topic:   testcluster.UniqueName(t, "out"),
+		prefix:  testcluster.UniqueName(t, "txn"),
+	}
+	e.admin = kadm.NewClient(e.plain)
+	c.CreateTopics(t, 1, e.topic)
+	if tv, err := transactionVersion(ctx(t), e.plain); err == nil {
+		t.Logf("broker transaction.version: %d", tv)
+	}
+	return e
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return c
+}
+
+func (e *env) config() Config[string] {
+	return Config[string]{
+		Brokers:               e.cluster.Brokers,
+		Topic:                 e.topic,
+		Encode:                func(s string) (*kgo.Record, error) { return kgo.StringRecord(s), nil },
+		TransactionalIDPrefix: e.prefix,
+		TransactionTimeout:    time.Minute,
+	}
+}
+
+func (e *env) open(cfg Config[string], restored []checkpoint.Committable) (runtime.SinkWriter[string], error) {
+	e.t.Helper()
+	f, err := Kafka(cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	info := runtime.TaskInfo{Job: "job", Task: 0, Operator: "out", Logger: slog.New(slog.NewTextHandler(testWriter{e.t}, nil))}
+	return f(ctx(e.t), info, restored)
+}
+
+func (e *env) mustOpen(cfg Config[string], restored []checkpoint.Committable) *txnWriter[string] {
+	e.t.Helper()
+	w, err := e.open(cfg, restored)
+	if err != nil {
+		e.t.Fatalf("open sink: %v", err)
+	}
+	e.t.Cleanup(func() { _ = w.Close() })
+	return w.(*txnWriter[string])
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func write(t *testing.T, w runtime.SinkWriter[string], vs ...string) {
+	t.Helper()
+	for _, v := range vs {
+		if err := w.Write(ctx(t), v); err != nil {
+			t.Fatalf("write %s: %v", v, err)
+		}
+	}
+}
+
+func preCommit(t *testing.T, w runtime.SinkWriter[string], id checkpoint.ID) []checkpoint.Committable {
+	t.Helper()
+	cs, err := w.PreCommit(ctx(t), id)
+	if err != nil {
+		t.Fatalf("pre-commit %d: %v", id, err)
+	}
+	return cs
+}
+
+func commit(t *testing.T, w runtime.SinkWriter[string], id checkpoint.ID) {
+	t.Helper()
+	if err := w.Commit(ctx(t), id); err != nil {
+		t.Fatalf("commit %d: %v", id, err)
+	}
+}
+
+// crash drops a writer as a killed process would: no transaction ends.
+func crash(w *txnWriter[string]) { w.closeClients() }
+
+// stable is the topic's last stable offset: read_committed readers see
+// nothing at or past it.
+func (e *env) stable() int64 {
+	e.t.Helper()
+	offs, err := e.admin.ListCommittedOffsets(ctx(e.t), e.topic)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	o, _ := offs.Lookup(e.topic, 0)
+	if o.Err != nil {
+		e.t.Fatal(o.Err)
+	}
+	return o.Offset
+}
+
+// committed reads everything a read_committed reader sees, up to a sentinel
+// it writes first (outside any transaction). Every transaction on the topic
+// must have ended, or the sentinel never becomes visible.
+func (e *env) committed() []string {
+	e.t.Helper()
+	sentinel := "sentinel-" + testcluster.UniqueName(e.t, "")
+	if err := e.plain.ProduceSync(ctx(e.t), &kgo.Record{Topic: e.topic, Value: []byte(sentinel)}).FirstErr(); err != nil {
+		e.t.Fatal(err)
+	}
+	cl := e.cluster.Client(e.t,
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.topic: {0: kgo.NewOffset().AtStart()}}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+	)
+	var out []string
+	c := ctx(e.t)
+	for {
+		fs := cl.PollFetches(c)
+		if err := c.Err(); err != nil {
+			e.t.Fatalf("reading committed records, got %v so far: %v", out, err)
+		}
+		for _, r := range fs.Records() {
+			if v := string(r.Value); strings.HasPrefix(v, "sentinel-") {
+				if v == sentinel {
+					return out
+				}
+			} else {
+				out = append(out, v)
+			}
+		}
+	}
+}
+
+func (e *env) wantCommitted(want ...string) {
+	e.t.Helper()
+	got := e.committed()
+	if !slices.Equal(got, want) {
+		e.t.Fatalf("read_committed sees %q, want %q", got, want)
+	}
+}
+
+func (e *env) describe(txnID string) string {
+	state, pid, epoch, err := describe(ctx(e.t), e.plain, txnID)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return fmt.Sprintf("%s pid=%d epoch=%d", state, pid, epoch)
+}
+
+// eventually polls cond until it holds: for what Kafka gives no event for
+// (markers written, a timed-out transaction aborted).
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %v: %s", timeout, what)
+		}
+		<-tick.C
+	}
+}
+
+func TestExactlyOnceVisibleOnlyAfterCommit(t *testing.T) {
+	e := newEnv(t)
+	w := e.mustOpen(e.config(), nil)
+
+	if cs := preCommit(t, w, 1); len(cs) != 0 {
+		t.Fatalf("an empty interval pre-committed %v, want no committable", cs)
+	}
+	write(t, w, "a", "b")
+	cs := preCommit(t, w, 2)
+	if len(cs) != 1 || cs[0].TransactionalID != e.prefix+"-0-0" || cs[0].Operator != "out" {
+		t.Fatalf("committables = %+v, want one of %s-0-0", cs, e.prefix)
+	}
+	t.Logf("pre-committed %+v; coordinator: %s", cs[0], e.describe(cs[0].TransactionalID))
+	if got := e.stable(); got != 0 {
+		t.Fatalf("last stable offset %d before the commit, want 0 (nothing visible)", got)
+	}
+	commit(t, w, 2)
+	t.Logf("after commit: %s", e.describe(cs[0].TransactionalID))
+	eventually(t, 30*time.Second, "commit markers not written", func() bool { return e.stable() >= 2 })
+	e.wantCommitted("a", "b")
+
+	write(t, w, "c")
+	cs = preCommit(t, w, 3)
+	if len(cs) != 1 || cs[0].TransactionalID != e.prefix+"-0-1" {
+		t.Fatalf("checkpoint 3 committables = %+v, want one on slot 1", cs)
+	}
+	commit(t, w, 3)
+	e.wantCommitted("a", "b", "c")
+
+	// Close aborts the open transaction (no checkpoint names it) instead
+	// of leaving it to hold back read_committed readers until it times out.
+	write(t, w, "d")
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.wantCommitted("a", "b", "c")
+}
+
+// Pre-commit, crash, restore: the new factory commits the restored
+// transaction exactly once, aborts what was written after the barrier, and
+// does so again (idempotently) when it crashes before its first checkpoint.
+func TestExactlyOnceRecovery(t *testing.T) {
+	e := newEnv(t)
+	w1 := e.mustOpen(e.config(), nil)
+	write(t, w1, "a", "b")
+	cs := preCommit(t, w1, 1)
+	write(t, w1, "after-barrier") // open transaction, no checkpoint names it
+	t.Logf("pre-committed %+v; coordinator: %s", cs, e.describe(cs[0].TransactionalID))
+	crash(w1)
+
+	w2 := e.mustOpen(e.config(), cs)
+	t.Logf("after recovery: %s (slot 1: %s)", e.describe(cs[0].TransactionalID), e.describe(e.prefix+"-0-1"))
+	e.wantCommitted("a", "b")
+	if st := w2.pool.slots[0].state; st != slotRestored {
+		t.Fatalf("slot 0 after recovery: %v, want restored (not re-initialised before a checkpoint completes)", st)
+	}
+	crash(w2) // fails before its first checkpoint
+
+	w3 := e.mustOpen(e.config(), cs)
+	t.Logf("after second recovery: %s", e.describe(cs[0].TransactionalID))
+	e.wantCommitted("a", "b")
+
+	write(t, w3, "c")
+	cs3 := preCommit(t, w3, 2)
+	if len(cs3) != 1 || cs3[0].TransactionalID == cs[0].TransactionalID {
+		t.Fatalf("checkpoint 2 committables %+v: want one, not on the restored slot", cs3)
+	}
+	commit(t, w3, 2)
+	if st := w3.pool.slots[0].state; st != slotFree {
+		t.Fatalf("restored slot after the first completed checkpoint: %v, want free", st)
+	}
+	t.Logf("restored slot re-initialised: %s", e.describe(cs[0].TransactionalID))
+	e.wantCommitted("a", "b", "c")
+
+	// The restored manifest's committables are spent now; its successor's
+	// are what a restore uses. A restore from the old one finds them gone.
+	if err := Validate(ctx(t), e.plain, cs); err == nil {
+		t.Log("note: the re-initialised slot's committable still validates (broker kept it decidable)")
+	} else {
+		t.Logf("old manifest after re-initialisation: %v", err)
+	}
+	if err := Validate(ctx(t), e.plain, cs3); err != nil {
+		t.Fatalf("committed committable of checkpoint 2: %v", err)
+	}
+}
+
+func TestExactlyOnceCommittedRecognised(t *testing.T) {
+	e := newEnv(t)
+	w := e.mustOpen(e.config(), nil)
+	write(t, w, "a")
+	cs := preCommit(t, w, 1)
+	commit(t, w, 1)
+	sts, err := Check(ctx(t), e.plain, cs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("committed by its owner: %+v", sts[0])
+	if sts[0].Outcome != Committed {
+		t.Fatalf("outcome %v, want committed", sts[0].Outcome)
+	}
+	crash(w)
+	w2 := e.mustOpen(e.config(), cs) // recovery finds it done
+	_ = w2
+	e.wantCommitted("a")
+}
+
+// A transaction fenced by a newer InitProducerID of its id is lost; so is a
+// zombie's: its commits and writes fail once a new owner initialised the
+// slots.
+func TestExactlyOnceZombieFenced(t *testing.T) {
+	e := newEnv(t)
+	zombie := e.mustOpen(e.config(), nil)
+	write(t, zombie, "a")
+	cs1 := preCommit(t, zombie, 1) // slot 0; manifest 1 is durable
+	write(t, zombie, "b")
+	cs2 := preCommit(t, zombie, 2) // slot 1; manifest 2 is never written
+	if len(cs2) != 2 {
+		t.Fatalf("checkpoint 2 committables %+v, want checkpoint 1's and 2's", cs2)
+	}
+	before := e.describe(cs2[1].TransactionalID)
+
+	owner := e.mustOpen(e.config(), cs1) // restores checkpoint 1
+	t.Logf("slot 1 before the new owner: %s; after: %s", before, e.describe(cs2[1].TransactionalID))
+
+	err := Validate(ctx(t), e.plain, cs2[1:])
+	var lost *LostError
+	if !errors.As(err, &lost) {
+		t.Fatalf("Validate of the fenced transaction: %v, want *LostError", err)
+	}
+	t.Logf("fenced: %v", err)
+	if lost.TransactionalID != cs2[1].TransactionalID || lost.Epoch != cs2[1].Epoch {
+		t.Fatalf("LostError %+v does not name %+v", lost, cs2[1])
+	}
+
+	err = zombie.Commit(ctx(t), 2)
+	t.Logf("zombie commit: %v", err)
+	if err == nil {
+		t.Fatal("the zombie committed checkpoint 2 after a new owner initialised the slots")
+	}
+	werr := zombie.Write(ctx(t), "c")
+	if werr == nil {
+		_, werr = zombie.PreCommit(ctx(t), 3)
+	}
+	t.Logf("zombie write: %v", werr)
+	if werr == nil {
+		t.Fatal("the zombie wrote and pre-committed after a new owner initialised the slots")
+	}
+	_ = zombie.Close()
+
+	write(t, owner, "b2")
+	preCommit(t, owner, 2)
+	commit(t, owner, 2)
+	e.wantCommitted("a", "b2")
+
+	// Recovery from the zombie's checkpoint 2 is refused.
+	_, err = e.open(e.config(), cs2)
+	if !errors.As(err, &lost) {
+		t.Fatalf("open with a fenced committable: %v, want *LostError", err)
+	}
+	var marker interface{ InvalidatesCheckpoint() bool }
+	if !errors.As(err, &marker) || !marker.InvalidatesCheckpoint() {
+		t.Fatalf("%v: not recognisable as an invalid checkpoint without importing sink", err)
+	}
+}
+
+func TestExactlyOnceLostByTransactionTimeout(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.TransactionTimeout = time.Second
+	w := e.mustOpen(cfg, nil)
+	write(t, w, "a")
+	cs := preCommit(t, w, 1)
+	start := time.Now()
+	var err error
+	// The broker aborts timed-out transactions on a periodic scan.
+	eventually(t, 90*time.Second, "the broker did not abort the timed-out transaction", func() bool {
+		err = Validate(ctx(t), e.plain, cs)
+		return err != nil
+	})
+	t.Logf("after %v: %s; %v", time.Since(start).Round(100*time.Millisecond), e.describe(cs[0].TransactionalID), err)
+	var lost *LostError
+	if !errors.As(err, &lost) {
+		t.Fatalf("Validate: %v, want *LostError", err)
+	}
+	err = w.Commit(ctx(t), 1)
+	t.Logf("owner commit after the timeout: %v", err)
+	if err == nil {
+		t.Fatal("commit of a timed-out transaction succeeded")
+	}
+	crash(w)
+	if _, err := e.open(cfg, cs); !errors.As(err, &lost) {
+		t.Fatalf("recovery with a timed-out committable: %v, want *LostError", err)
+	}
+	e.wantCommitted()
+}
+
+// A failed checkpoint's transaction stays pending, goes with the next
+// PreCommit, and commits with the next completed checkpoint.
+func TestExactlyOnceAbortedCheckpointCarriesOver(t *testing.T) {
+	e := newEnv(t)
+	w := e.mustOpen(e.config(), nil)
+	write(t, w, "a")
+	cs1 := preCommit(t, w, 1) // checkpoint 1 then fails: no Commit(1)
+	write(t, w, "b")
+	cs2 := preCommit(t, w, 2)
+	if len(cs2) != 2 || cs2[0].TransactionalID != cs1[0].TransactionalID || cs2[0].Epoch != cs1[0].Epoch {
+		t.Fatalf("checkpoint 2 committables %+v, want checkpoint 1's %+v first", cs2, cs1)
+	}
+	commit(t, w, 2)
+	e.wantCommitted("a", "b")
+	if cs3 := preCommit(t, w, 3); len(cs3) != 0 {
+		t.Fatalf("committed transactions listed again: %+v", cs3)
+	}
+}
+
+// Slots rotate; one whose transaction the newest manifest names is not
+// reused, and a pool held by failing checkpoints fails the task clearly.
+func TestExactlyOnceSlotReuse(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.PoolSize = 3
+	w := e.mustOpen(cfg, nil)
+	var used []string
+	step := func(id checkpoint.ID, v string, complete bool) {
+		t.Helper()
+		write(t, w, v)
+		cs := preCommit(t, w, id)
+		used = append(used, strings.TrimPrefix(cs[len(cs)-1].TransactionalID, e.prefix+"-"))
+		if complete {
+			commit(t, w, id)
+		}
+	}
+	for id := checkpoint.ID(1); id <= 4; id++ {
+		step(id, fmt.Sprint(id), true)
+	}
+	// Slot 0 (checkpoint 1) is reused at checkpoint 4 only: checkpoint 2's
+	// completion made manifest 1 superseded.
+	if want := []string{"0-0", "0-1", "0-2", "0-0"}; !slices.Equal(used, want) {
+		t.Fatalf("slots used %v, want %v", used, want)
+	}
+	// Checkpoints 5 and 6 fail: with one slot held by manifest 4 and two
+	// pending, a pool of 3 has none for the next transaction (CheckPoolSize
+	// wants 4 for one tolerated failure).
+	step(5, "5", false)
+	step(6, "6", false)
+	err := w.Write(ctx(t), "7")
+	if !errors.Is(err, ErrNoFreeSlot) {
+		t.Fatalf("write with every slot held: %v, want ErrNoFreeSlot", err)
+	}
+	t.Logf("no free slot: %v", err)
+	commit(t, w, 6)
+	step(7, "7", true)
+	e.wantCommitted("1", "2", "3", "4", "5", "6", "7")
+}
+
+func TestAtLeastOnceAndNone(t *testing.T) {
+	for _, d := range []Delivery{AtLeastOnce, None} {
+		t.Run(string(d), func(t *testing.T) {
+			e := newEnv(t)
+			cfg := e.config()
+			cfg.Delivery, cfg.TransactionalIDPrefix, cfg.TransactionTimeout = d, "", 0
+			w, err := e.open(cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			write(t, w, "a", "b")
+			cs, err := w.PreCommit(ctx(t), 1)
+			if err != nil || len(cs) != 0 {
+				t.Fatalf("pre-commit: %v, %v; want no committables", cs, err)
+			}
+			if d == AtLeastOnce {
+				// Flushed at the barrier, before any commit.
+				if got := e.stable(); got != 2 {
+					t.Fatalf("last stable offset after the barrier: %d, want 2", got)
+				}
+			}
+			commit(t, w, 1)
+			eventually(t, 30*time.Second, "records never arrived", func() bool { return e.stable() >= 2 })
+			e.wantCommitted("a", "b")
+			if _, err := e.open(cfg, []checkpoint.Committable{{TransactionalID: "x"}}); err == nil {
+				t.Fatal("opened a non-transactional sink with restored transactions")
+			}
+		})
+	}
+}
