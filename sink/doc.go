@@ -16,9 +16,15 @@
 // manifest's committables by resuming their transactions (EndTxn with the
 // saved producer id and epoch, decided by the transaction coordinator's own
 // record, see Check), then initialises every other slot afresh, which fences
-// a zombie owner and aborts what it left open. A committable that can no
-// longer commit makes the factory fail with a *LostError: the checkpoint is
-// invalid and the caller must restore an earlier one, or fail loudly.
+// a zombie owner and aborts what it left open. The slots of the restored
+// transactions are initialised at the first checkpoint that completes after
+// the restore: until then the coordinator's record ("CompleteCommit") is the
+// only evidence that they committed, and a restore of the same manifest after
+// another failure needs it (once a slot is initialised again, a real broker
+// shows the same record, Empty at a later epoch, for a committed transaction
+// as for a fenced one). A committable that can no longer commit makes the
+// factory fail with a *LostError: the checkpoint is invalid and the caller
+// must restore an earlier one, or fail loudly.
 //
 // At-least-once writes with an idempotent producer and flushes at each
 // barrier; none writes fire-and-forget and never flushes.

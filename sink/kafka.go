@@ -289,9 +289,9 @@ func (w *txnWriter[T]) PreCommit(ctx context.Context, id checkpoint.ID) ([]check
 }
 
 func (w *txnWriter[T]) Commit(ctx context.Context, id checkpoint.ID) error {
-	if err := w.failed.get(); err != nil {
-		return err
-	}
+	// A failed produce poisons only the open transaction: the pre-committed
+	// ones are on other slots and commit regardless; the failure is
+	// reported after them.
 	for _, i := range w.pool.toCommit(id) {
 		if err := w.clients[i].EndTransaction(ctx, kgo.TryCommit); err != nil {
 			c := w.pool.slots[i].committable
@@ -307,7 +307,7 @@ func (w *txnWriter[T]) Commit(ctx context.Context, id checkpoint.ID) error {
 		w.pool.reinitialised(i)
 	}
 	w.openNext()
-	return nil
+	return w.failed.get()
 }
 
 // Close aborts the open transaction, whose records no checkpoint names, so
