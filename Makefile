@@ -1,0 +1,11 @@
+# make test         everything, on in-process fakes (kfake, gofakes3): needs only Go
+# make integration  the end-to-end tests; KAFKA_BROKERS=host:port to use a real broker
+TESTFLAGS ?=
+
+.PHONY: test integration
+
+test:
+	go test -race -count=1 $(TESTFLAGS) ./...
+
+integration:
+	go test -race -count=1 $(TESTFLAGS) ./integration/...
