@@ -1,0 +1,99 @@
+package runtime_test
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/stream"
+)
+
+type pauses struct {
+	runtime.NopObserver
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (p *pauses) BarrierPause(_ string, _ int, _ checkpoint.ID, d time.Duration) {
+	p.mu.Lock()
+	p.d = append(p.d, d)
+	p.mu.Unlock()
+}
+
+func (p *pauses) quantile(q float64) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.d) == 0 {
+		return 0
+	}
+	s := slices.Clone(p.d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// BenchmarkKeyedCount runs source -> Map -> KeyBy -> keyed count (memory
+// state, 1M keys) -> discarding sink on one task, with checkpoints off and
+// every second. Run with -cpu 1 for the per-core rate:
+//
+//	go test ./runtime -run '^$' -bench KeyedCount -cpu 1 -benchtime 30000000x
+func BenchmarkKeyedCount(b *testing.B) {
+	for _, bc := range []struct {
+		name     string
+		interval time.Duration
+	}{{"checkpoints=off", 0}, {"checkpoints=1s", time.Second}} {
+		b.Run(bc.name, func(b *testing.B) {
+			const keys = 1 << 20
+			job := stream.NewJob("bench")
+			src := stream.Source(job, "numbers", stream.GeneratorSource(int64(b.N), func(_ int, i int64) uint64 { return uint64(i) }))
+			mapped := stream.Map(src, "scramble", func(n uint64) (uint64, error) { return n * 0x9E3779B97F4A7C15, nil })
+			keyed := stream.KeyBy(mapped, "by-key", func(n uint64) uint64 { return n % keys }, state.Uint64())
+			counts := stream.Process(keyed, "count", func(s *stream.Setup) (stream.Processor[uint64, uint64, int64], error) {
+				count, err := stream.ValueState(s, "count", state.Int64())
+				return stream.Processor[uint64, uint64, int64]{
+					Process: func(ctx *stream.Context[uint64, int64], _ uint64) error {
+						c, _, err := count.Get()
+						if err != nil {
+							return err
+						}
+						c++
+						if err := count.Set(c); err != nil {
+							return err
+						}
+						return ctx.Emit(c)
+					},
+				}, err
+			})
+			stream.Sink(counts, "out", stream.DiscardSink[int64]())
+			plan, err := job.Build()
+			if err != nil {
+				b.Fatal(err)
+			}
+			st, err := checkpoint.NewFile(b.TempDir())
+			if err != nil {
+				b.Fatal(err)
+			}
+			obs := &pauses{}
+			b.ResetTimer()
+			start := time.Now()
+			err = runtime.Run(b.Context(), plan, runtime.Config{
+				Tasks:      []int{0},
+				Storage:    st,
+				Checkpoint: checkpoint.Config{Interval: bc.interval},
+				StateDir:   b.TempDir(),
+				Observer:   obs,
+			})
+			elapsed := time.Since(start)
+			b.StopTimer()
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "records/s")
+			b.ReportMetric(float64(obs.quantile(0.99).Microseconds()), "p99-pause-µs")
+			b.ReportMetric(float64(len(obs.d)), "barriers")
+		})
+	}
+}

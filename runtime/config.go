@@ -1,0 +1,147 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/state"
+)
+
+// Mode is the consistency a job's checkpoints give.
+type Mode int
+
+const (
+	// ExactlyOnce aligns barriers at operators with several inputs: a
+	// checkpoint's state reflects exactly the records before its barriers.
+	ExactlyOnce Mode = iota
+	// AtLeastOnce never blocks an input; after a restore some records may
+	// be processed twice.
+	AtLeastOnce
+)
+
+func (m Mode) String() string {
+	switch m {
+	case ExactlyOnce:
+		return "exactly-once"
+	case AtLeastOnce:
+		return "at-least-once"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Config says how to run a job's tasks. The zero value of each field is its
+// documented default, filled in by Validate.
+type Config struct {
+	// Tasks are the task indexes this process runs. Required.
+	Tasks []int
+	// Storage holds checkpoints. Required.
+	Storage checkpoint.Storage
+	// Checkpoint sets interval, timeout, min pause and tolerable failures.
+	Checkpoint checkpoint.Config
+	// Mode is ExactlyOnce by default.
+	Mode Mode
+	// StateBackend opens keyed state; default: the memory backend.
+	StateBackend state.Factory
+	// StateDir is where backends keep local files; default: a directory
+	// under os.TempDir() named after the job.
+	StateDir string
+	// Epoch is this owner's fencing epoch, written into manifests.
+	Epoch int64
+	// RestartBackoff is the first wait before a failed task restarts
+	// (default 100ms); it doubles on each consecutive failure up to
+	// MaxRestartBackoff (default 30s).
+	RestartBackoff    time.Duration
+	MaxRestartBackoff time.Duration
+	// MaxRestarts bounds consecutive restarts of a task; past it Run fails.
+	// 0 means the default (10); negative means no bound.
+	MaxRestarts int
+	Logger      *slog.Logger
+	// Observer hears about barriers and checkpoints (metrics, status page).
+	Observer Observer
+	// Now is the processing-time clock; default time.Now.
+	Now func() time.Time
+}
+
+// Validate fills in defaults and reports every invalid setting by name.
+func (c *Config) Validate(job string) error {
+	var errs []error
+	if len(c.Tasks) == 0 {
+		errs = append(errs, errors.New("tasks: at least one task is required"))
+	}
+	seen := map[int]bool{}
+	for _, t := range c.Tasks {
+		if t < 0 {
+			errs = append(errs, fmt.Errorf("tasks: %d is negative", t))
+		}
+		if seen[t] {
+			errs = append(errs, fmt.Errorf("tasks: %d listed twice", t))
+		}
+		seen[t] = true
+	}
+	if c.Storage == nil {
+		errs = append(errs, errors.New("checkpoint storage: required"))
+	}
+	if err := c.Checkpoint.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Mode != ExactlyOnce && c.Mode != AtLeastOnce {
+		errs = append(errs, fmt.Errorf("mode: unknown %v", c.Mode))
+	}
+	if c.RestartBackoff < 0 || c.MaxRestartBackoff < 0 {
+		errs = append(errs, errors.New("restart backoff: must not be negative"))
+	}
+	if c.StateBackend == nil {
+		c.StateBackend = state.NewMemory(state.MemoryOptions{})
+	}
+	if c.StateDir == "" {
+		c.StateDir = filepath.Join(os.TempDir(), "weir-state", job)
+	}
+	if c.RestartBackoff == 0 {
+		c.RestartBackoff = 100 * time.Millisecond
+	}
+	if c.MaxRestartBackoff == 0 {
+		c.MaxRestartBackoff = 30 * time.Second
+	}
+	if c.MaxRestarts == 0 {
+		c.MaxRestarts = 10
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return errors.Join(errs...)
+}
+
+// Observer hears what the runtime does, for metrics and status pages. Calls
+// come from several goroutines and must not block.
+type Observer interface {
+	// BarrierPause is how long a source's chain stopped processing to take
+	// the synchronous part of checkpoint id.
+	BarrierPause(job string, task int, id checkpoint.ID, d time.Duration)
+	// Alignment is how long an operator's inputs were blocked aligning id.
+	Alignment(job string, task int, operator string, id checkpoint.ID, d time.Duration)
+	CheckpointCompleted(job string, task int, m checkpoint.Manifest)
+	CheckpointAborted(job string, task int, id checkpoint.ID, err error)
+	// TaskFailed reports a task failure; restarting says whether it will be
+	// restarted.
+	TaskFailed(job string, task int, err error, restarting bool)
+}
+
+// NopObserver ignores everything; embed it to observe a part.
+type NopObserver struct{}
+
+func (NopObserver) BarrierPause(string, int, checkpoint.ID, time.Duration)      {}
+func (NopObserver) Alignment(string, int, string, checkpoint.ID, time.Duration) {}
+func (NopObserver) CheckpointCompleted(string, int, checkpoint.Manifest)        {}
+func (NopObserver) CheckpointAborted(string, int, checkpoint.ID, error)         {}
+func (NopObserver) TaskFailed(string, int, error, bool)                         {}

@@ -1,0 +1,254 @@
+package runtime_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/stream"
+)
+
+// update is what the counting job emits: the running count and sum of a key
+// after one record.
+type update struct {
+	Key   uint64
+	Count int64
+	Sum   int64
+}
+
+// countJob keys numbered records by n%keys (keys a multiple of parts, so
+// that each key lives in one task, as Kafka partitioning would have it) and emits, for each record, the
+// key's running count and sum. fail, if set, runs on every record before the
+// keyed operator and may fail the task.
+func countJob(t testing.TB, records int64, keys uint64, parts int, fail func(int64) error, sink runtime.SinkFactory[update]) *runtime.Plan {
+	job := stream.NewJob("count")
+	src := stream.Source(job, "numbers", stream.GeneratorSource(records, func(task int, i int64) int64 {
+		return i*int64(parts) + int64(task)
+	}))
+	checked := stream.Map(src, "maybe-fail", func(n int64) (int64, error) {
+		if fail != nil {
+			if err := fail(n); err != nil {
+				return 0, err
+			}
+		}
+		return n, nil
+	})
+	keyed := stream.KeyBy(checked, "by-key", func(n int64) uint64 { return uint64(n) % keys }, state.Uint64())
+	counts := stream.Process(keyed, "count", func(s *stream.Setup) (stream.Processor[uint64, int64, update], error) {
+		count, err := stream.ValueState(s, "count", state.Int64())
+		if err != nil {
+			return stream.Processor[uint64, int64, update]{}, err
+		}
+		sum, err := stream.ValueState(s, "sum", state.Int64())
+		if err != nil {
+			return stream.Processor[uint64, int64, update]{}, err
+		}
+		return stream.Processor[uint64, int64, update]{
+			Process: func(ctx *stream.Context[uint64, update], n int64) error {
+				c, _, err := count.Get()
+				if err != nil {
+					return err
+				}
+				s, _, err := sum.Get()
+				if err != nil {
+					return err
+				}
+				c, s = c+1, s+n
+				if err := count.Set(c); err != nil {
+					return err
+				}
+				if err := sum.Set(s); err != nil {
+					return err
+				}
+				return ctx.Emit(update{Key: ctx.Key(), Count: c, Sum: s})
+			},
+		}, nil
+	})
+	stream.Sink(counts, "out", sink)
+	plan, err := job.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
+}
+
+// checkExactlyOnce asserts that for every key the committed updates count
+// 1..n once each and end at the input's sum.
+func checkExactlyOnce(t *testing.T, out []update, records int64, keys uint64, parts int) {
+	t.Helper()
+	wantCount := map[uint64]int64{}
+	wantSum := map[uint64]int64{}
+	for task := range parts {
+		for i := range records {
+			n := i*int64(parts) + int64(task)
+			wantCount[uint64(n)%keys]++
+			wantSum[uint64(n)%keys] += n
+		}
+	}
+	seen := map[uint64][]int64{}
+	last := map[uint64]update{}
+	for _, u := range out {
+		seen[u.Key] = append(seen[u.Key], u.Count)
+		if u.Count > last[u.Key].Count {
+			last[u.Key] = u
+		}
+	}
+	dups, missing := 0, 0
+	for k, n := range wantCount {
+		counts := seen[k]
+		slices.Sort(counts)
+		have := map[int64]int{}
+		for _, c := range counts {
+			have[c]++
+		}
+		for c := int64(1); c <= n; c++ {
+			switch have[c] {
+			case 0:
+				missing++
+			case 1:
+			default:
+				dups += have[c] - 1
+			}
+		}
+		if last[k].Sum != wantSum[k] {
+			t.Errorf("key %d: final sum %d, want %d", k, last[k].Sum, wantSum[k])
+		}
+	}
+	t.Logf("records in %d, updates out %d, duplicates %d, missing %d", records*int64(parts), len(out), dups, missing)
+	if dups != 0 || missing != 0 {
+		t.Fatalf("not exactly once: %d duplicates, %d missing", dups, missing)
+	}
+}
+
+func TestCountExactlyOnceWithoutFailures(t *testing.T) {
+	store := newTxnStore[update]()
+	plan := countJob(t, 20000, 98, 2, nil, store.sink())
+	err := runtime.Run(t.Context(), plan, runtime.Config{
+		Tasks:      []int{0, 1},
+		Storage:    checkpoint.NewMemory(checkpoint.MemoryOptions{}),
+		Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},
+		StateDir:   t.TempDir(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, store.visible(), 20000, 98, 2)
+}
+
+// TestCrashAndRestore fails the job at 20 random points; every failure
+// restarts the task from its latest checkpoint. The committed output must
+// hold each record's effect exactly once.
+func TestCrashAndRestore(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(uint64(seed), 0))
+	const records, keys, parts = 500_000, 1000, 2
+	if testing.Short() {
+		t.Skip("long: 1M records through 20 failures")
+	}
+	// Failure points are counted in records processed, replays included, so
+	// each point is passed (and fails) exactly once.
+	var points []int64
+	for range 20 {
+		points = append(points, rng.Int64N(records*parts))
+	}
+	slices.Sort(points)
+	var processed atomic.Int64
+	var failed atomic.Int64
+	var next atomic.Int64
+	fail := func(int64) error {
+		n := processed.Add(1)
+		i := next.Load()
+		if int(i) < len(points) && n >= points[i] && next.CompareAndSwap(i, i+1) {
+			failed.Add(1)
+			return fmt.Errorf("injected failure %d at record %d", i+1, n)
+		}
+		return nil
+	}
+	store := newTxnStore[update]()
+	plan := countJob(t, records, keys, parts, fail, store.sink())
+	err := runtime.Run(t.Context(), plan, runtime.Config{
+		Tasks:          []int{0, 1},
+		Storage:        checkpoint.NewMemory(checkpoint.MemoryOptions{}),
+		Checkpoint:     checkpoint.Config{Interval: 10 * time.Millisecond},
+		StateDir:       t.TempDir(),
+		RestartBackoff: time.Millisecond,
+		MaxRestarts:    -1,
+	})
+	if err != nil {
+		t.Fatalf("seed %d: %v", seed, err)
+	}
+	if failed.Load() != 20 {
+		t.Fatalf("seed %d: %d failures injected, want 20", seed, failed.Load())
+	}
+	checkExactlyOnce(t, store.visible(), records, keys, parts)
+}
+
+func TestUserPanicFailsTaskNamingRecord(t *testing.T) {
+	job := stream.NewJob("panics")
+	src := stream.Source(job, "numbers", stream.GeneratorSource(100, func(_ int, i int64) int64 { return i }))
+	m := stream.Map(src, "explode", func(n int64) (int64, error) {
+		if n == 42 {
+			panic("boom")
+		}
+		return n, nil
+	})
+	stream.Sink(m, "out", stream.DiscardSink[int64]())
+	plan, err := job.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = runtime.Run(t.Context(), plan, runtime.Config{
+		Tasks:          []int{3},
+		Storage:        checkpoint.NewMemory(checkpoint.MemoryOptions{}),
+		StateDir:       t.TempDir(),
+		RestartBackoff: time.Millisecond,
+		MaxRestarts:    1,
+	})
+	var re *runtime.RecordError
+	if !errors.As(err, &re) {
+		t.Fatalf("want a RecordError, got %v", err)
+	}
+	if re.Operator != "explode" || re.Task != 3 || re.Position.Offset != 42 || !errors.Is(err, runtime.ErrPanic) {
+		t.Fatalf("error does not name the operator, task and record: %v", err)
+	}
+	if !strings.Contains(err.Error(), "boom") {
+		t.Fatalf("error lost the panic value: %v", err)
+	}
+}
+
+func TestBuildReportsEveryError(t *testing.T) {
+	job := stream.NewJob("bad job")
+	src := stream.Source[int](job, "src", nil)
+	stream.Map[int, int](src, "src", nil)
+	_, err := job.Build()
+	if err == nil {
+		t.Fatal("build accepted a broken job")
+	}
+	for _, want := range []string{"job name", "factory is nil", "name used twice", "function is nil", "no sink"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("build error lacks %q: %v", want, err)
+		}
+	}
+}
+
+func TestRunRejectsBadConfigNamingTheSetting(t *testing.T) {
+	plan := countJob(t, 10, 3, 1, nil, stream.DiscardSink[update]())
+	err := runtime.Run(context.Background(), plan, runtime.Config{
+		Checkpoint: checkpoint.Config{Interval: -time.Second},
+	})
+	for _, want := range []string{"tasks", "checkpoint storage", "interval"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("config error lacks %q: %v", want, err)
+		}
+	}
+}

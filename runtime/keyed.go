@@ -1,0 +1,274 @@
+package runtime
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/state"
+)
+
+// Keyed is a stream partitioned by a key: keyed operators downstream of it
+// see state scoped to the key of the record at hand. Within a task every key
+// is local; across tasks, keys follow the partitioning of the input (for
+// Kafka, the record key's partition).
+type Keyed[K, T any] struct {
+	in    *Port[T]
+	name  string
+	keyFn func(T) K
+	codec state.Codec[K]
+}
+
+// KeyBy declares how to key a stream. It adds no operator: the key is
+// computed by the keyed operator that consumes it.
+func KeyBy[K, T any](in *Port[T], name string, keyFn func(T) K, codec state.Codec[K]) *Keyed[K, T] {
+	if keyFn == nil {
+		in.g.errorf("keyBy %q: key function is nil", name)
+	}
+	if codec == nil {
+		in.g.errorf("keyBy %q: key codec is nil", name)
+	}
+	return &Keyed[K, T]{in: in, name: name, keyFn: keyFn, codec: codec}
+}
+
+// Setup is what a keyed operator's factory declares its state with, once per
+// task. It is valid only during the factory call.
+type Setup struct {
+	task    int
+	backend state.Backend
+	scope   *state.KeyScope
+}
+
+// Task is the index of the task being set up.
+func (s *Setup) Task() int { return s.task }
+
+// Backend is the operator's state backend.
+func (s *Setup) Backend() state.Backend { return s.backend }
+
+// Scope is the current key, set by the runtime before each call.
+func (s *Setup) Scope() *state.KeyScope { return s.scope }
+
+// Context is what a keyed function sees for one call: the current key, a way
+// to emit, timers.
+type Context[K, Out any] struct {
+	key    K
+	out    endpoint[Out]
+	timers *state.Timers
+	cursor *Position
+	now    func() time.Time
+}
+
+// Key is the key of the record (or timer) at hand.
+func (c *Context[K, Out]) Key() K { return c.key }
+
+// Emit sends v downstream.
+func (c *Context[K, Out]) Emit(v Out) error { return c.out.collect(v) }
+
+// Position is where the record at hand came from.
+func (c *Context[K, Out]) Position() Position { return *c.cursor }
+
+// Now is the processing time.
+func (c *Context[K, Out]) Now() time.Time { return c.now() }
+
+// RegisterTimer asks for OnTimer to be called for the current key at (or
+// soon after) processing time ts. Registering the same time twice is one timer.
+func (c *Context[K, Out]) RegisterTimer(ts time.Time) error {
+	if c.timers == nil {
+		return errors.New("register timer: the operator has no OnTimer function")
+	}
+	return c.timers.Register(ts)
+}
+
+// DeleteTimer removes the current key's timer at ts.
+func (c *Context[K, Out]) DeleteTimer(ts time.Time) error {
+	if c.timers == nil {
+		return errors.New("delete timer: the operator has no OnTimer function")
+	}
+	return c.timers.Delete(ts)
+}
+
+// Processor is a keyed operator's behaviour, made per task by its factory.
+type Processor[K, In, Out any] struct {
+	Process func(ctx *Context[K, Out], in In) error
+	// OnTimer, if set, is called when a timer registered for a key is due.
+	OnTimer func(ctx *Context[K, Out], ts time.Time) error
+}
+
+// keyedState is the state machinery of one keyed operator instance.
+type keyedState struct {
+	opBase
+	backend state.Backend
+	scope   state.KeyScope
+	timers  *state.Timers
+}
+
+func (k *keyedState) open(t *task, n *node) error {
+	dir := filepath.Join(t.stateDir, n.name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("operator %s: state dir: %w", n.name, err)
+	}
+	b, err := t.backends(t.id, n.name, dir)
+	if err != nil {
+		return fmt.Errorf("operator %s: open state backend: %w", n.name, err)
+	}
+	k.backend = b
+	t.addCloser(b.Close)
+	return nil
+}
+
+// timerState is the name of the table that keeps an operator's timers.
+const timerState = "_timers"
+
+func (k *keyedState) initTimers() error {
+	var err error
+	if k.timers, err = state.NewTimers(k.backend, &k.scope, timerState); err != nil {
+		return fmt.Errorf("operator %s: timers: %w", k.name, err)
+	}
+	return nil
+}
+
+// restore loads the operator's state from the restored checkpoint, if any.
+// It runs after the factory declared the tables.
+func (k *keyedState) restore(t *task) error {
+	a := t.restoredAck(k.name)
+	if a == nil || a.State == nil {
+		return nil
+	}
+	if err := k.backend.Restore(t.ctx, t.storage, *a.State); err != nil {
+		return fmt.Errorf("operator %s: restore state: %w", k.name, err)
+	}
+	if k.timers != nil {
+		if err := k.timers.Rebuild(); err != nil {
+			return fmt.Errorf("operator %s: rebuild timers: %w", k.name, err)
+		}
+	}
+	return nil
+}
+
+// snapshot takes the synchronous part of the snapshot at barrier id and
+// hands the upload to a goroutine of the task; processing resumes at once.
+func (k *keyedState) snapshot(id checkpoint.ID, alignment time.Duration) {
+	snap, err := k.backend.Snapshot(id)
+	if err != nil {
+		k.t.decline(id, fmt.Errorf("operator %s: snapshot: %w", k.name, err))
+		return
+	}
+	t := k.t
+	dir := checkpoint.CheckpointDir(t.job, t.id, id) + k.name + "/"
+	shared := checkpoint.SharedDir(t.job, t.id) + k.name + "/"
+	t.uploads.Go(func() {
+		defer snap.Release()
+		h, err := snap.Upload(t.ctx, t.storage, dir, shared)
+		if err != nil {
+			t.decline(id, fmt.Errorf("operator %s: upload state: %w", k.name, err))
+			return
+		}
+		t.ack(id, checkpoint.Ack{Operator: k.name, State: &h, Alignment: alignment})
+	})
+}
+
+type keyedOp[K, In, Out any] struct {
+	keyedState
+	keyFn  func(In) K
+	codec  state.Codec[K]
+	keyBuf []byte
+	proc   Processor[K, In, Out]
+	ctx    Context[K, Out]
+	out    endpoint[Out]
+}
+
+func (o *keyedOp[K, In, Out]) apply(v In) (err error) {
+	defer o.recoverTo(&err)
+	k := o.keyFn(v)
+	o.keyBuf = o.codec.Append(o.keyBuf[:0], k)
+	o.scope.Set(o.keyBuf)
+	o.ctx.key = k
+	return o.proc.Process(&o.ctx, v)
+}
+
+func (o *keyedOp[K, In, Out]) collect(v In) error {
+	if err := o.apply(v); err != nil {
+		return o.recordErr(err)
+	}
+	return nil
+}
+
+func (o *keyedOp[K, In, Out]) barrier(id checkpoint.ID) error {
+	o.snapshot(id, 0)
+	return o.out.barrier(id)
+}
+
+func (o *keyedOp[K, In, Out]) end() error { return o.out.end() }
+
+func (o *keyedOp[K, In, Out]) nextTimer() (time.Time, bool) { return o.timers.Next() }
+
+func (o *keyedOp[K, In, Out]) fireTimers(now time.Time) error {
+	return o.timers.FireDue(now, func(ts time.Time) (err error) {
+		defer o.recoverTo(&err)
+		k, err := o.codec.Decode(o.scope.Key())
+		if err != nil {
+			return fmt.Errorf("operator %s: decode timer key: %w", o.name, err)
+		}
+		o.ctx.key = k
+		if err := o.proc.OnTimer(&o.ctx, ts); err != nil {
+			return o.recordErr(fmt.Errorf("timer %s: %w", ts.Format(time.RFC3339Nano), err))
+		}
+		return nil
+	})
+}
+
+// KeyedProcess adds a keyed operator. factory runs once per task: it declares
+// the operator's state on setup and returns the functions that use it.
+func KeyedProcess[K, In, Out any](in *Keyed[K, In], name string, factory func(s *Setup) (Processor[K, In, Out], error)) *Port[Out] {
+	g := in.in.g
+	n := g.add(name, kindOperator, in.in.n)
+	n.keyed = true
+	if factory == nil {
+		g.errorf("operator %q: factory is nil", name)
+	}
+	out := newPort[Out](g, n)
+	connect(in.in, n, 0)
+	n.build = func(t *task) error {
+		o := &keyedOp[K, In, Out]{keyFn: in.keyFn, codec: in.codec, out: out.output(t)}
+		o.opBase = t.base(n)
+		if err := o.open(t, n); err != nil {
+			return err
+		}
+		proc, err := callFactory(factory, &Setup{task: t.id, backend: o.backend, scope: &o.scope})
+		if err != nil {
+			return fmt.Errorf("operator %s: setup: %w", n.name, err)
+		}
+		if proc.Process == nil {
+			return fmt.Errorf("operator %s: setup returned no Process function", n.name)
+		}
+		o.proc = proc
+		if proc.OnTimer != nil {
+			if err := o.initTimers(); err != nil {
+				return err
+			}
+		}
+		if err := o.restore(t); err != nil {
+			return err
+		}
+		o.ctx = Context[K, Out]{out: o.out, timers: o.timers, cursor: o.cursor, now: t.now}
+		t.setEndpoints(n, o)
+		if o.timers != nil {
+			t.addTimed(n, o)
+		}
+		return nil
+	}
+	return out
+}
+
+// callFactory runs a user factory, turning a panic into an error.
+func callFactory[P any](factory func(*Setup) (P, error), s *Setup) (p P, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w in factory: %v", ErrPanic, r)
+		}
+	}()
+	return factory(s)
+}

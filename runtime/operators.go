@@ -1,0 +1,291 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// RecordError is the error of a user function (or a panic in one) on one
+// record: it names the operator, the task and where the record came from.
+type RecordError struct {
+	Job      string
+	Task     int
+	Operator string
+	Position Position
+	Err      error
+}
+
+func (e *RecordError) Error() string {
+	return fmt.Sprintf("job %s task %d operator %s record %s: %v", e.Job, e.Task, e.Operator, e.Position, e.Err)
+}
+
+func (e *RecordError) Unwrap() error { return e.Err }
+
+// ErrPanic wraps a panic recovered from a user function.
+var ErrPanic = errors.New("panic")
+
+// opBase is what every operator instance has: its name, its task and the
+// cursor of the goroutine that runs it.
+type opBase struct {
+	t      *task
+	name   string
+	cursor *Position
+}
+
+func (b *opBase) recordErr(err error) error {
+	var re *RecordError
+	if errors.As(err, &re) {
+		return err
+	}
+	return &RecordError{Job: b.t.job, Task: b.t.id, Operator: b.name, Position: *b.cursor, Err: err}
+}
+
+// recoverTo turns a panic of a user function into a RecordError in *err.
+func (b *opBase) recoverTo(err *error) {
+	if r := recover(); r != nil {
+		*err = b.recordErr(fmt.Errorf("%w: %v", ErrPanic, r))
+	}
+}
+
+// ackStateless acknowledges barrier id for an operator without state.
+func (b *opBase) ackStateless(id checkpoint.ID) {
+	b.t.ack(id, checkpoint.Ack{Operator: b.name})
+}
+
+// --- Map ------------------------------------------------------------------
+
+type mapOp[In, Out any] struct {
+	opBase
+	fn  func(In) (Out, error)
+	out endpoint[Out]
+}
+
+func (m *mapOp[In, Out]) apply(v In) (out Out, err error) {
+	defer m.recoverTo(&err)
+	out, err = m.fn(v)
+	if err != nil {
+		err = m.recordErr(err)
+	}
+	return out, err
+}
+
+func (m *mapOp[In, Out]) collect(v In) error {
+	out, err := m.apply(v)
+	if err != nil {
+		return err
+	}
+	return m.out.collect(out)
+}
+
+func (m *mapOp[In, Out]) barrier(id checkpoint.ID) error {
+	m.ackStateless(id)
+	return m.out.barrier(id)
+}
+
+func (m *mapOp[In, Out]) end() error { return m.out.end() }
+
+// Map adds an operator that applies fn to every record.
+func Map[In, Out any](in *Port[In], name string, fn func(In) (Out, error)) *Port[Out] {
+	g := in.g
+	n := g.add(name, kindOperator, in.n)
+	if fn == nil {
+		g.errorf("operator %q: function is nil", name)
+	}
+	out := newPort[Out](g, n)
+	connect(in, n, 0)
+	n.build = func(t *task) error {
+		op := &mapOp[In, Out]{opBase: t.base(n), fn: fn, out: out.output(t)}
+		t.setEndpoints(n, op)
+		return nil
+	}
+	return out
+}
+
+// --- Filter ---------------------------------------------------------------
+
+type filterOp[T any] struct {
+	opBase
+	fn  func(T) (bool, error)
+	out endpoint[T]
+}
+
+func (f *filterOp[T]) apply(v T) (keep bool, err error) {
+	defer f.recoverTo(&err)
+	keep, err = f.fn(v)
+	if err != nil {
+		err = f.recordErr(err)
+	}
+	return keep, err
+}
+
+func (f *filterOp[T]) collect(v T) error {
+	keep, err := f.apply(v)
+	if err != nil || !keep {
+		return err
+	}
+	return f.out.collect(v)
+}
+
+func (f *filterOp[T]) barrier(id checkpoint.ID) error {
+	f.ackStateless(id)
+	return f.out.barrier(id)
+}
+
+func (f *filterOp[T]) end() error { return f.out.end() }
+
+// Filter adds an operator that keeps the records for which fn is true.
+func Filter[T any](in *Port[T], name string, fn func(T) (bool, error)) *Port[T] {
+	g := in.g
+	n := g.add(name, kindOperator, in.n)
+	if fn == nil {
+		g.errorf("operator %q: function is nil", name)
+	}
+	out := newPort[T](g, n)
+	out.keyed = in.keyed
+	connect(in, n, 0)
+	n.build = func(t *task) error {
+		op := &filterOp[T]{opBase: t.base(n), fn: fn, out: out.output(t)}
+		t.setEndpoints(n, op)
+		return nil
+	}
+	return out
+}
+
+// --- FlatMap --------------------------------------------------------------
+
+// Emitter passes the records a function emits downstream. It is valid only
+// during the call it was given to.
+type Emitter[T any] struct {
+	out endpoint[T]
+	err error
+}
+
+// Emit sends v downstream. After an error, further emits are ignored and the
+// error is what the operator fails with.
+func (e *Emitter[T]) Emit(v T) error {
+	if e.err != nil {
+		return e.err
+	}
+	e.err = e.out.collect(v)
+	return e.err
+}
+
+type flatMapOp[In, Out any] struct {
+	opBase
+	fn  func(In, *Emitter[Out]) error
+	em  Emitter[Out]
+	out endpoint[Out]
+}
+
+func (f *flatMapOp[In, Out]) apply(v In) (err error) {
+	defer f.recoverTo(&err)
+	return f.fn(v, &f.em)
+}
+
+func (f *flatMapOp[In, Out]) collect(v In) error {
+	f.em = Emitter[Out]{out: f.out}
+	err := f.apply(v)
+	if f.em.err != nil {
+		return f.em.err // downstream failed: its error names its operator
+	}
+	if err != nil {
+		return f.recordErr(err)
+	}
+	return nil
+}
+
+func (f *flatMapOp[In, Out]) barrier(id checkpoint.ID) error {
+	f.ackStateless(id)
+	return f.out.barrier(id)
+}
+
+func (f *flatMapOp[In, Out]) end() error { return f.out.end() }
+
+// FlatMap adds an operator that emits any number of records per record.
+func FlatMap[In, Out any](in *Port[In], name string, fn func(In, *Emitter[Out]) error) *Port[Out] {
+	g := in.g
+	n := g.add(name, kindOperator, in.n)
+	if fn == nil {
+		g.errorf("operator %q: function is nil", name)
+	}
+	out := newPort[Out](g, n)
+	connect(in, n, 0)
+	n.build = func(t *task) error {
+		op := &flatMapOp[In, Out]{opBase: t.base(n), fn: fn, out: out.output(t)}
+		t.setEndpoints(n, op)
+		return nil
+	}
+	return out
+}
+
+// --- Sink -----------------------------------------------------------------
+
+type sinkOp[T any] struct {
+	opBase
+	ctx    context.Context
+	writer SinkWriter[T]
+}
+
+func (s *sinkOp[T]) write(v T) (err error) {
+	defer s.recoverTo(&err)
+	return s.writer.Write(s.ctx, v)
+}
+
+func (s *sinkOp[T]) collect(v T) error {
+	if err := s.write(v); err != nil {
+		return s.recordErr(err)
+	}
+	return nil
+}
+
+func (s *sinkOp[T]) barrier(id checkpoint.ID) error {
+	cs, err := s.writer.PreCommit(s.ctx, id)
+	if err != nil {
+		// What failed to pre-commit cannot be trusted to commit later: fail
+		// the task, which restarts from the last checkpoint and writes it again.
+		return fmt.Errorf("operator %s: pre-commit checkpoint %d: %w", s.name, id, err)
+	}
+	s.t.ack(id, checkpoint.Ack{Operator: s.name, Committables: cs})
+	return nil
+}
+
+func (s *sinkOp[T]) end() error { return nil }
+
+func (s *sinkOp[T]) notifyComplete(id checkpoint.ID) error {
+	if err := s.writer.Commit(s.ctx, id); err != nil {
+		return fmt.Errorf("operator %s: commit checkpoint %d: %w", s.name, id, err)
+	}
+	return nil
+}
+
+func (s *sinkOp[T]) notifyAborted(checkpoint.ID) {}
+
+func (s *sinkOp[T]) close() error { return s.writer.Close() }
+
+// Sink adds a sink that writes every record with the writers factory opens.
+func Sink[T any](in *Port[T], name string, factory SinkFactory[T]) {
+	g := in.g
+	n := g.add(name, kindSink, in.n)
+	if factory == nil {
+		g.errorf("sink %q: factory is nil", name)
+	}
+	connect(in, n, 0)
+	n.build = func(t *task) error {
+		var restored []checkpoint.Committable
+		if a := t.restoredAck(n.name); a != nil {
+			restored = a.Committables
+		}
+		w, err := factory(t.ctx, t.info(n.name), restored)
+		if err != nil {
+			return fmt.Errorf("open sink %s: %w", n.name, err)
+		}
+		op := &sinkOp[T]{opBase: t.base(n), ctx: t.ctx, writer: w}
+		t.setEndpoints(n, op)
+		t.addNotifiee(n, op)
+		t.addCloser(op.close)
+		return nil
+	}
+}

@@ -1,0 +1,68 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// Run runs the tasks cfg names until every one has finished its input (and
+// taken a final checkpoint), ctx is cancelled (then it returns nil), or a
+// task failed more often in a row than cfg.MaxRestarts allows.
+//
+// A failed task restarts from its latest checkpoint after an exponential
+// backoff; a task that completed a checkpoint since its last failure starts
+// the backoff over.
+func Run(ctx context.Context, plan *Plan, cfg Config) error {
+	if err := cfg.Validate(plan.Name()); err != nil {
+		return fmt.Errorf("job %s: invalid configuration: %w", plan.Name(), err)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, id := range cfg.Tasks {
+		g.Go(func() error { return superviseTask(gctx, plan, &cfg, id) })
+	}
+	err := g.Wait()
+	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func superviseTask(ctx context.Context, plan *Plan, cfg *Config, id int) error {
+	backoff := cfg.RestartBackoff
+	failures := 0
+	for {
+		t := newTask(plan, cfg, id)
+		err := t.run(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err == nil {
+			return nil
+		}
+		t.mu.Lock()
+		progressed := t.completed
+		t.mu.Unlock()
+		if progressed {
+			failures, backoff = 0, cfg.RestartBackoff
+		}
+		failures++
+		restarting := cfg.MaxRestarts < 0 || failures <= cfg.MaxRestarts
+		cfg.Observer.TaskFailed(plan.Name(), id, err, restarting)
+		if !restarting {
+			return fmt.Errorf("task %d failed %d times in a row, giving up: %w", id, failures, err)
+		}
+		t.log.Warn("task failed, restarting", "err", err, "attempt", failures, "backoff", backoff)
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return ctx.Err()
+		case <-timer.C:
+		}
+		backoff = min(2*backoff, cfg.MaxRestartBackoff)
+	}
+}

@@ -1,0 +1,286 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/state"
+)
+
+// task is one running instance of a job's graph: every operator for one
+// partition index. It owns all of its goroutines: one per root, one for the
+// checkpoint driver, and the uploads of asynchronous snapshots.
+type task struct {
+	job      string
+	id       int
+	plan     *Plan
+	cfg      *Config
+	ctx      context.Context
+	log      *slog.Logger
+	observer Observer
+	storage  checkpoint.Storage
+	backends state.Factory
+	stateDir string
+	now      func() time.Time
+
+	rootIdx   []int // per node: index of the root whose goroutine runs it
+	roots     []*root
+	endpoints [][]any // per node, per input: its endpoint[T]
+	restored  map[string]*checkpoint.Ack
+	closers   []func() error
+
+	driver  *checkpoint.Driver
+	uploads sync.WaitGroup
+
+	mu          sync.Mutex
+	liveSources int
+	allEnded    bool
+	finalID     checkpoint.ID // the checkpoint after which the task finishes
+	completed   bool          // a checkpoint completed during this run
+}
+
+func newTask(plan *Plan, cfg *Config, id int) *task {
+	t := &task{
+		job:      plan.g.name,
+		id:       id,
+		plan:     plan,
+		cfg:      cfg,
+		log:      cfg.Logger.With("job", plan.g.name, "task", id),
+		observer: cfg.Observer,
+		storage:  cfg.Storage,
+		backends: cfg.StateBackend,
+		stateDir: filepath.Join(cfg.StateDir, "task-"+strconv.Itoa(id)),
+		now:      cfg.Now,
+	}
+	// Every source and multi-input node starts a root; a single-input node
+	// runs on the root of its input.
+	nodes := plan.g.nodes
+	t.rootIdx = make([]int, len(nodes))
+	t.endpoints = make([][]any, len(nodes))
+	for i, n := range nodes {
+		t.endpoints[i] = make([]any, len(n.inputs))
+		if n.kind == kindSource || n.kind == kindMulti {
+			r := &root{t: t, name: n.name}
+			r.mail.init()
+			t.rootIdx[i] = len(t.roots)
+			t.roots = append(t.roots, r)
+			if n.kind == kindSource {
+				t.liveSources++
+			}
+			continue
+		}
+		t.rootIdx[i] = t.rootIdx[n.inputs[0].id]
+	}
+	return t
+}
+
+func (t *task) rootOf(n *node) *root { return t.roots[t.rootIdx[n.id]] }
+
+func (t *task) base(n *node) opBase {
+	return opBase{t: t, name: n.name, cursor: &t.rootOf(n).cursor}
+}
+
+func (t *task) info(operator string) TaskInfo {
+	return TaskInfo{Job: t.job, Task: t.id, Operator: operator, Logger: t.log.With("operator", operator)}
+}
+
+// setEndpoints registers a single-input operator as its own input endpoint.
+func (t *task) setEndpoints(n *node, e any) { t.endpoints[n.id][0] = e }
+
+func (t *task) addNotifiee(n *node, x notifiee) {
+	r := t.rootOf(n)
+	r.notifiees = append(r.notifiees, x)
+}
+
+func (t *task) addTimed(n *node, x timed) {
+	r := t.rootOf(n)
+	r.timed = append(r.timed, x)
+}
+
+func (t *task) addCloser(f func() error) { t.closers = append(t.closers, f) }
+
+func (t *task) restoredAck(operator string) *checkpoint.Ack { return t.restored[operator] }
+
+func (t *task) ack(id checkpoint.ID, a checkpoint.Ack) { t.driver.Ack(id, a) }
+
+func (t *task) decline(id checkpoint.ID, err error) {
+	t.log.Warn("checkpoint declined", "checkpoint", id, "err", err)
+	t.driver.Decline(id, err)
+}
+
+// sourceEnded is called by a source whose input is exhausted. Once every
+// source has ended, the task asks for a final checkpoint; when it completes,
+// the roots finish (see NotifyComplete).
+func (t *task) sourceEnded(name string) {
+	t.mu.Lock()
+	t.liveSources--
+	last := t.liveSources == 0
+	if last {
+		t.allEnded = true
+	}
+	t.mu.Unlock()
+	t.log.Debug("source ended", "operator", name)
+	if last {
+		t.driver.TriggerNow()
+	}
+}
+
+// TriggerCheckpoint implements checkpoint.Executor.
+func (t *task) TriggerCheckpoint(id checkpoint.ID, _ time.Time) error {
+	t.mu.Lock()
+	if t.allEnded && t.finalID == 0 {
+		t.finalID = id
+	}
+	t.mu.Unlock()
+	for _, r := range t.roots {
+		if r.source {
+			r.mail.post(mail{kind: mailTrigger, id: id})
+		}
+	}
+	return nil
+}
+
+// NotifyComplete implements checkpoint.Executor.
+func (t *task) NotifyComplete(id checkpoint.ID) {
+	t.mu.Lock()
+	finish := t.finalID != 0 && id >= t.finalID
+	t.completed = true
+	t.mu.Unlock()
+	for _, r := range t.roots {
+		r.mail.post(mail{kind: mailComplete, id: id})
+		if finish && r.source {
+			r.mail.post(mail{kind: mailFinish})
+		}
+	}
+}
+
+// NotifyAborted implements checkpoint.Executor.
+func (t *task) NotifyAborted(id checkpoint.ID, err error) {
+	t.log.Warn("checkpoint aborted", "checkpoint", id, "err", err)
+	t.mu.Lock()
+	retry := t.finalID == id
+	if retry {
+		t.finalID = 0
+	}
+	t.mu.Unlock()
+	for _, r := range t.roots {
+		r.mail.post(mail{kind: mailAborted, id: id})
+	}
+	if retry {
+		t.driver.TriggerNow()
+	}
+}
+
+// restore finds the newest readable manifest of the task. It returns the
+// highest checkpoint id seen, so that new ids continue after it.
+func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
+	ids, highest, err := checkpoint.ListCheckpoints(ctx, t.storage, t.job, t.id)
+	if err != nil {
+		return 0, fmt.Errorf("list checkpoints: %w", err)
+	}
+	known := map[string]bool{}
+	for _, n := range t.plan.g.nodes {
+		known[n.name] = true
+	}
+	for i := len(ids) - 1; i >= 0; i-- {
+		m, err := checkpoint.ReadManifest(ctx, t.storage, t.job, t.id, ids[i])
+		if err != nil {
+			t.log.Error("unreadable manifest, trying the one before", "checkpoint", ids[i], "err", err)
+			continue
+		}
+		t.restored = map[string]*checkpoint.Ack{}
+		for j := range m.Operators {
+			a := &m.Operators[j]
+			if !known[a.Operator] {
+				return 0, fmt.Errorf("checkpoint %d has state of operator %q, which the job does not have", m.Checkpoint, a.Operator)
+			}
+			t.restored[a.Operator] = a
+		}
+		t.log.Info("restoring", "checkpoint", m.Checkpoint)
+		return highest, nil
+	}
+	if len(ids) > 0 {
+		return 0, fmt.Errorf("none of the %d checkpoints of task %d is readable", len(ids), t.id)
+	}
+	return highest, nil
+}
+
+// run builds the task, restores it and runs it until its input ends (after
+// a final checkpoint), ctx is cancelled, or it fails.
+func (t *task) run(ctx context.Context) (err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t.ctx = ctx
+	defer func() {
+		cancel()
+		t.uploads.Wait()
+		for _, c := range slices.Backward(t.closers) {
+			if cerr := c(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+	}()
+
+	highest, err := t.restore(ctx)
+	if err != nil {
+		return err
+	}
+	participants := t.plan.Operators()
+	coord := checkpoint.NewCoordinator(t.cfg.Checkpoint, participants, highest, time.Now())
+	t.driver = checkpoint.NewDriver(checkpoint.DriverConfig{
+		Coordinator: coord,
+		Storage:     t.storage,
+		Job:         t.job,
+		Task:        t.id,
+		Epoch:       t.cfg.Epoch,
+		Executor:    t,
+		Logger:      t.log,
+		OnComplete:  func(m checkpoint.Manifest) { t.observer.CheckpointCompleted(t.job, t.id, m) },
+		OnAborted:   func(id checkpoint.ID, err error) { t.observer.CheckpointAborted(t.job, t.id, id, err) },
+	})
+
+	// Everything the task starts stops when any part of it fails: senders
+	// blocked on a full channel and uploads included.
+	g, gctx := errgroup.WithContext(ctx)
+	t.ctx = gctx
+	nodes := t.plan.g.nodes
+	for i := len(nodes) - 1; i >= 0; i-- {
+		if err := nodes[i].build(t); err != nil {
+			return err
+		}
+	}
+
+	dctx, stopDriver := context.WithCancel(gctx)
+	defer stopDriver()
+	g.Go(func() error { return t.driver.Run(dctx) })
+	var live sync.WaitGroup
+	for _, r := range t.roots {
+		live.Add(1)
+		g.Go(func() error {
+			err := r.run(gctx)
+			live.Done()
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("task %d: %w", t.id, err)
+			}
+			return err
+		})
+	}
+	// When every root has ended normally, the final checkpoint is complete:
+	// stop the driver.
+	g.Go(func() error {
+		live.Wait()
+		stopDriver()
+		return nil
+	})
+	return g.Wait()
+}
