@@ -12,6 +12,10 @@ import (
 // one order through it.
 type endpoint[T any] interface {
 	collect(v T) error
+	// collectBatch takes several records at once; pos[i] is where vals[i]
+	// came from. The slices are the caller's: they are valid only during
+	// the call.
+	collectBatch(vals []T, pos []Position) error
 	barrier(id checkpoint.ID) error
 	end() error
 }
@@ -21,6 +25,15 @@ type fanout[T any] []endpoint[T]
 func (f fanout[T]) collect(v T) error {
 	for _, e := range f {
 		if err := e.collect(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f fanout[T]) collectBatch(vals []T, pos []Position) error {
+	for _, e := range f {
+		if err := e.collectBatch(vals, pos); err != nil {
 			return err
 		}
 	}
@@ -47,9 +60,10 @@ func (f fanout[T]) end() error {
 
 type discard[T any] struct{}
 
-func (discard[T]) collect(T) error             { return nil }
-func (discard[T]) barrier(checkpoint.ID) error { return nil }
-func (discard[T]) end() error                  { return nil }
+func (discard[T]) collect(T) error                    { return nil }
+func (discard[T]) collectBatch([]T, []Position) error { return nil }
+func (discard[T]) barrier(checkpoint.ID) error        { return nil }
+func (discard[T]) end() error                         { return nil }
 
 // message is one send on a channel between goroutines of a task: a batch of
 // records, or one control event. Records travel in batches so that a channel
@@ -90,6 +104,29 @@ func (s *sender[T]) collect(v T) error {
 	s.cur.positions = append(s.cur.positions, *s.cursor)
 	if len(s.cur.values) == batchSize {
 		return s.flush()
+	}
+	return nil
+}
+
+func (s *sender[T]) collectBatch(vals []T, pos []Position) error {
+	for i, v := range vals {
+		*s.cursor = pos[i]
+		if err := s.collect(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// eachRecord feeds a batch to a per-record collect, keeping the cursor on
+// the record at hand: the batch path of operators that gain nothing from
+// seeing a batch whole.
+func eachRecord[T any](cursor *Position, collect func(T) error, vals []T, pos []Position) error {
+	for i, v := range vals {
+		*cursor = pos[i]
+		if err := collect(v); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -196,6 +196,10 @@ func (o *keyedOp[K, In, Out]) collect(v In) error {
 	return nil
 }
 
+func (o *keyedOp[K, In, Out]) collectBatch(vals []In, pos []Position) error {
+	return eachRecord(o.cursor, o.collect, vals, pos)
+}
+
 func (o *keyedOp[K, In, Out]) barrier(id checkpoint.ID) error {
 	o.snapshot(id, 0)
 	return o.out.barrier(id)

@@ -21,8 +21,7 @@ type input interface {
 
 type typedInput[T any] struct {
 	ch     chan *message[T]
-	cursor *Position
-	target func(T) error
+	target func(vals []T, pos []Position) error
 }
 
 func (in *typedInput[T]) recvCase() reflect.SelectCase {
@@ -37,13 +36,7 @@ func (in *typedInput[T]) handle(v reflect.Value) (checkpoint.ID, bool, error) {
 	if m.end {
 		return 0, true, nil
 	}
-	for i, x := range m.values {
-		*in.cursor = m.positions[i]
-		if err := in.target(x); err != nil {
-			return 0, false, err
-		}
-	}
-	return 0, false, nil
+	return 0, false, in.target(m.values, m.positions)
 }
 
 // multiOp is the operator at a multi-input root.
@@ -159,7 +152,7 @@ func (m *multiRoot) apply(actions []align.Action) (done bool, err error) {
 
 // newInput makes the channel for input idx of multi-input node n and
 // registers its sending end as the node's endpoint for that input.
-func newInput[T any](t *task, n *node, idx int, cursor *Position, target func(T) error) input {
+func newInput[T any](t *task, n *node, idx int, target func(vals []T, pos []Position) error) input {
 	ch := make(chan *message[T], channelCapacity)
 	// Consumers are built before their producers, and every root exists
 	// before any node is built, so the sending end can be wired now.
@@ -167,7 +160,7 @@ func newInput[T any](t *task, n *node, idx int, cursor *Position, target func(T)
 	s := newSender(t.ctx, ch, &producer.cursor)
 	producer.flushers = append(producer.flushers, s)
 	t.endpoints[n.id][idx] = s
-	return &typedInput[T]{ch: ch, cursor: cursor, target: target}
+	return &typedInput[T]{ch: ch, target: target}
 }
 
 func (t *task) alignMode() align.Mode {
@@ -218,7 +211,7 @@ func Union[T any](name string, ins ...*Port[T]) *Port[T] {
 		u := &unionOp[T]{opBase: t.base(n), out: out.output(t)}
 		m := &multiRoot{t: t, r: r, name: n.name, aligner: align.New(len(ins), t.alignMode()), op: u}
 		for i := range ins {
-			m.inputs = append(m.inputs, newInput(t, n, i, &r.cursor, u.out.collect))
+			m.inputs = append(m.inputs, newInput(t, n, i, u.out.collectBatch))
 		}
 		r.run = m.run
 		return nil
@@ -344,8 +337,8 @@ func CoProcess[K, In1, In2, Out any](in1 *Keyed[K, In1], in2 *Keyed[K, In2], nam
 		o.ctx = Context[K, Out]{out: o.out, timers: o.timers, cursor: o.cursor, now: t.now}
 		m := &multiRoot{t: t, r: r, name: n.name, aligner: align.New(2, t.alignMode()), op: o}
 		m.inputs = []input{
-			newInput(t, n, 0, &r.cursor, o.collect1),
-			newInput(t, n, 1, &r.cursor, o.collect2),
+			newInput(t, n, 0, func(vals []In1, pos []Position) error { return eachRecord(o.cursor, o.collect1, vals, pos) }),
+			newInput(t, n, 1, func(vals []In2, pos []Position) error { return eachRecord(o.cursor, o.collect2, vals, pos) }),
 		}
 		r.run = m.run
 		return nil

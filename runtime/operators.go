@@ -61,6 +61,7 @@ type mapOp[In, Out any] struct {
 	opBase
 	fn  func(In) (Out, error)
 	out endpoint[Out]
+	buf []Out
 }
 
 func (m *mapOp[In, Out]) apply(v In) (out Out, err error) {
@@ -78,6 +79,21 @@ func (m *mapOp[In, Out]) collect(v In) error {
 		return err
 	}
 	return m.out.collect(out)
+}
+
+func (m *mapOp[In, Out]) collectBatch(vals []In, pos []Position) error {
+	m.buf = m.buf[:0]
+	for i, v := range vals {
+		*m.cursor = pos[i]
+		out, err := m.apply(v)
+		if err != nil {
+			return err
+		}
+		m.buf = append(m.buf, out)
+	}
+	err := m.out.collectBatch(m.buf, pos)
+	clear(m.buf) // let the GC have what downstream did not keep
+	return err
 }
 
 func (m *mapOp[In, Out]) barrier(id checkpoint.ID) error {
@@ -108,8 +124,10 @@ func Map[In, Out any](in *Port[In], name string, fn func(In) (Out, error)) *Port
 
 type filterOp[T any] struct {
 	opBase
-	fn  func(T) (bool, error)
-	out endpoint[T]
+	fn   func(T) (bool, error)
+	out  endpoint[T]
+	buf  []T
+	kept []Position
 }
 
 func (f *filterOp[T]) apply(v T) (keep bool, err error) {
@@ -127,6 +145,24 @@ func (f *filterOp[T]) collect(v T) error {
 		return err
 	}
 	return f.out.collect(v)
+}
+
+func (f *filterOp[T]) collectBatch(vals []T, pos []Position) error {
+	f.buf, f.kept = f.buf[:0], f.kept[:0]
+	for i, v := range vals {
+		*f.cursor = pos[i]
+		keep, err := f.apply(v)
+		if err != nil {
+			return err
+		}
+		if keep {
+			f.buf = append(f.buf, v)
+			f.kept = append(f.kept, pos[i])
+		}
+	}
+	err := f.out.collectBatch(f.buf, f.kept)
+	clear(f.buf)
+	return err
 }
 
 func (f *filterOp[T]) barrier(id checkpoint.ID) error {
@@ -197,6 +233,10 @@ func (f *flatMapOp[In, Out]) collect(v In) error {
 	return nil
 }
 
+func (f *flatMapOp[In, Out]) collectBatch(vals []In, pos []Position) error {
+	return eachRecord(f.cursor, f.collect, vals, pos)
+}
+
 func (f *flatMapOp[In, Out]) barrier(id checkpoint.ID) error {
 	f.ackStateless(id)
 	return f.out.barrier(id)
@@ -239,6 +279,10 @@ func (s *sinkOp[T]) collect(v T) error {
 		return s.recordErr(err)
 	}
 	return nil
+}
+
+func (s *sinkOp[T]) collectBatch(vals []T, pos []Position) error {
+	return eachRecord(s.cursor, s.collect, vals, pos)
 }
 
 func (s *sinkOp[T]) barrier(id checkpoint.ID) error {

@@ -59,9 +59,8 @@ func (s *sourceRoot[T]) poll(ctx context.Context) error {
 		}
 		return fmt.Errorf("source %s: %w", s.name, err)
 	}
-	for i, v := range s.batch.Values {
-		*s.cursor = s.batch.Positions[i]
-		if err := s.out.collect(v); err != nil {
+	if s.batch.Len() > 0 {
+		if err := s.out.collectBatch(s.batch.Values, s.batch.Positions); err != nil {
 			return err
 		}
 	}
