@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -65,6 +66,36 @@ type Config struct {
 	Observer Observer
 	// Now is the processing-time clock; default time.Now.
 	Now func() time.Time
+	// CheckCommittables, if set, asks the external system what became of
+	// pending committables (for Kafka: the transaction coordinator), one
+	// outcome per committable. Restore uses it to skip checkpoints whose
+	// output was lost (see DESIGN.md, "A checkpoint is valid only if...").
+	// Without it every readable manifest is taken as valid.
+	CheckCommittables func(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error)
+}
+
+// CommitOutcome is what became of a pre-committed transaction.
+type CommitOutcome int
+
+const (
+	// CommitResumable: still open, it can be committed.
+	CommitResumable CommitOutcome = iota
+	// CommitDone: already committed.
+	CommitDone
+	// CommitLost: aborted or fenced; its output is gone.
+	CommitLost
+)
+
+func (o CommitOutcome) String() string {
+	switch o {
+	case CommitResumable:
+		return "resumable"
+	case CommitDone:
+		return "committed"
+	case CommitLost:
+		return "lost"
+	}
+	return fmt.Sprintf("CommitOutcome(%d)", int(o))
 }
 
 // Validate fills in defaults and reports every invalid setting by name.

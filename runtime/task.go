@@ -37,7 +37,9 @@ type task struct {
 	roots     []*root
 	endpoints [][]any // per node, per input: its endpoint[T]
 	restored  map[string]*checkpoint.Ack
-	closers   []func() error
+	// restoredFrom is the checkpoint the task restored from, 0 if none.
+	restoredFrom checkpoint.ID
+	closers      []func() error
 
 	driver  *checkpoint.Driver
 	uploads sync.WaitGroup
@@ -181,38 +183,19 @@ func (t *task) NotifyAborted(id checkpoint.ID, err error) {
 	}
 }
 
-// restore finds the newest readable manifest of the task. It returns the
-// highest checkpoint id seen, so that new ids continue after it.
-func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
-	ids, highest, err := checkpoint.ListCheckpoints(ctx, t.storage, t.job, t.id)
-	if err != nil {
-		return 0, fmt.Errorf("list checkpoints: %w", err)
-	}
+// checkRestoredOperators refuses a checkpoint with state of an operator the
+// job no longer has: restoring without it would drop that state silently.
+func (t *task) checkRestoredOperators() error {
 	known := map[string]bool{}
 	for _, n := range t.plan.g.nodes {
 		known[n.name] = true
 	}
-	for i := len(ids) - 1; i >= 0; i-- {
-		m, err := checkpoint.ReadManifest(ctx, t.storage, t.job, t.id, ids[i])
-		if err != nil {
-			t.log.Error("unreadable manifest, trying the one before", "checkpoint", ids[i], "err", err)
-			continue
+	for name, a := range t.restored {
+		if !known[name] && (a.State != nil || len(a.Committables) > 0) {
+			return fmt.Errorf("checkpoint %d has state of operator %q, which the job does not have", t.restoredFrom, name)
 		}
-		t.restored = map[string]*checkpoint.Ack{}
-		for j := range m.Operators {
-			a := &m.Operators[j]
-			if !known[a.Operator] {
-				return 0, fmt.Errorf("checkpoint %d has state of operator %q, which the job does not have", m.Checkpoint, a.Operator)
-			}
-			t.restored[a.Operator] = a
-		}
-		t.log.Info("restoring", "checkpoint", m.Checkpoint)
-		return highest, nil
 	}
-	if len(ids) > 0 {
-		return 0, fmt.Errorf("none of the %d checkpoints of task %d is readable", len(ids), t.id)
-	}
-	return highest, nil
+	return nil
 }
 
 // run builds the task, restores it and runs it until its input ends (after
@@ -233,6 +216,9 @@ func (t *task) run(ctx context.Context) (err error) {
 
 	highest, err := t.restore(ctx)
 	if err != nil {
+		return err
+	}
+	if err := t.checkRestoredOperators(); err != nil {
 		return err
 	}
 	participants := t.plan.Operators()

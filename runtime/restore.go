@@ -1,0 +1,148 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// ErrNoValidCheckpoint fails a task whose every checkpoint lost output: it
+// cannot restore without skipping that output, and it never does so silently.
+var ErrNoValidCheckpoint = errors.New("no valid checkpoint")
+
+// txnKey identifies one pre-committed transaction.
+type txnKey struct {
+	id    string
+	pid   int64
+	epoch int16
+}
+
+func keyOf(c checkpoint.Committable) txnKey {
+	return txnKey{c.TransactionalID, c.ProducerID, c.Epoch}
+}
+
+func committables(m checkpoint.Manifest) []checkpoint.Committable {
+	var cs []checkpoint.Committable
+	for _, a := range m.Operators {
+		cs = append(cs, a.Committables...)
+	}
+	return cs
+}
+
+// restore picks the checkpoint the task restores from and returns the
+// highest checkpoint id seen, so that new ids continue after it. The rules,
+// newest manifest first:
+//   - an unreadable manifest is skipped;
+//   - a manifest written by a zombie (a lower fencing epoch than an older
+//     manifest's: its owner had already been replaced) is skipped;
+//   - a manifest with a lost committable is not valid: walk back. Walking
+//     back past it re-derives its output, which is only right if none of its
+//     transactions was committed; if one was, the task fails loudly;
+//   - if no manifest is valid, the task fails loudly with what was lost.
+func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
+	ids, highest, err := checkpoint.ListCheckpoints(ctx, t.storage, t.job, t.id)
+	if err != nil {
+		return 0, fmt.Errorf("list checkpoints: %w", err)
+	}
+	var ms []checkpoint.Manifest
+	for _, id := range ids {
+		m, err := checkpoint.ReadManifest(ctx, t.storage, t.job, t.id, id)
+		if err != nil {
+			t.log.Error("unreadable manifest, skipping it", "checkpoint", id, "err", err)
+			continue
+		}
+		ms = append(ms, m)
+	}
+	if len(ms) == 0 {
+		if len(ids) > 0 {
+			return 0, fmt.Errorf("%w: none of the %d manifests of task %d is readable", ErrNoValidCheckpoint, len(ids), t.id)
+		}
+		return highest, nil
+	}
+	// olderMax[i] is the highest epoch of the manifests before ms[i].
+	olderMax := make([]int64, len(ms))
+	for i := 1; i < len(ms); i++ {
+		olderMax[i] = max(olderMax[i-1], ms[i-1].Epoch)
+	}
+
+	rejected := map[txnKey]CommitOutcome{}
+	var lost []string
+	for i := len(ms) - 1; i >= 0; i-- {
+		m := ms[i]
+		if i > 0 && m.Epoch < olderMax[i] {
+			t.log.Warn("skipping a zombie's manifest", "checkpoint", m.Checkpoint, "epoch", m.Epoch, "newer_owner_epoch", olderMax[i])
+			continue
+		}
+		cs := committables(m)
+		outcomes, err := t.checkCommittables(ctx, cs)
+		if err != nil {
+			return 0, fmt.Errorf("check committables of checkpoint %d: %w", m.Checkpoint, err)
+		}
+		var gone []string
+		for j, o := range outcomes {
+			if o == CommitLost {
+				gone = append(gone, fmt.Sprintf("%s (producer %d, epoch %d)", cs[j].TransactionalID, cs[j].ProducerID, cs[j].Epoch))
+			}
+		}
+		if len(gone) == 0 {
+			if err := checkWalkBack(m, cs, rejected); err != nil {
+				return 0, err
+			}
+			if len(rejected) > 0 {
+				t.log.Warn("restoring an earlier checkpoint; the output of the later ones is derived again", "checkpoint", m.Checkpoint)
+			}
+			t.use(m)
+			return highest, nil
+		}
+		t.log.Error("checkpoint is not valid: its transactions were aborted, walking back", "checkpoint", m.Checkpoint, "lost", strings.Join(gone, ", "))
+		lost = append(lost, fmt.Sprintf("checkpoint %d lost %s", m.Checkpoint, strings.Join(gone, ", ")))
+		for j, c := range cs {
+			rejected[keyOf(c)] = outcomes[j]
+		}
+	}
+	return 0, fmt.Errorf("%w for task %d: %s", ErrNoValidCheckpoint, t.id, strings.Join(lost, "; "))
+}
+
+// checkWalkBack refuses to restore m when a newer, rejected checkpoint had
+// a transaction committed that m does not cover: replaying from m would
+// write that output a second time.
+func checkWalkBack(m checkpoint.Manifest, cs []checkpoint.Committable, rejected map[txnKey]CommitOutcome) error {
+	covered := map[txnKey]bool{}
+	for _, c := range cs {
+		covered[keyOf(c)] = true
+	}
+	for k, o := range rejected {
+		if o == CommitDone && !covered[k] {
+			return fmt.Errorf("%w: a checkpoint after %d was partly committed (%s) and partly lost; its output cannot be derived again without duplicates",
+				ErrNoValidCheckpoint, m.Checkpoint, k.id)
+		}
+	}
+	return nil
+}
+
+func (t *task) checkCommittables(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
+	if len(cs) == 0 || t.cfg.CheckCommittables == nil {
+		return make([]CommitOutcome, len(cs)), nil
+	}
+	out, err := t.cfg.CheckCommittables(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) != len(cs) {
+		return nil, fmt.Errorf("%d outcomes for %d committables", len(out), len(cs))
+	}
+	return out, nil
+}
+
+// use makes m the checkpoint the task's operators restore from.
+func (t *task) use(m checkpoint.Manifest) {
+	t.restored = map[string]*checkpoint.Ack{}
+	for i := range m.Operators {
+		t.restored[m.Operators[i].Operator] = &m.Operators[i]
+	}
+	t.restoredFrom = m.Checkpoint
+	t.log.Info("restoring", "checkpoint", m.Checkpoint, "epoch", m.Epoch)
+}

@@ -1,0 +1,88 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+func TestRestoreWalkBack(t *testing.T) {
+	type man struct {
+		epoch int64
+		txns  []string // transactional ids of the sink's committables
+	}
+	cases := []struct {
+		name    string
+		ms      []man
+		corrupt checkpoint.ID // a manifest overwritten with garbage
+		outcome map[string]CommitOutcome
+		want    checkpoint.ID // restored checkpoint; 0 with wantErr
+		wantErr string
+	}{
+		{name: "newest valid", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
+			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitResumable}, want: 2},
+		{name: "newest lost, walk back", ms: []man{{1, []string{"a"}}, {1, []string{"b", "c"}}},
+			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitLost, "c": CommitLost}, want: 1},
+		{name: "lost carried-over transaction is covered by the older checkpoint", ms: []man{{1, []string{"a"}}, {1, []string{"a", "b"}}},
+			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitLost}, want: 1},
+		{name: "partly committed, partly lost", ms: []man{{1, []string{"a"}}, {1, []string{"b", "c"}}},
+			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitDone, "c": CommitLost}, wantErr: "partly committed"},
+		{name: "every checkpoint lost", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
+			outcome: map[string]CommitOutcome{"a": CommitLost, "b": CommitLost}, wantErr: "checkpoint 1 lost a"},
+		{name: "zombie manifest skipped", ms: []man{{5, nil}, {9, []string{"b"}}, {5, []string{"z"}}},
+			outcome: map[string]CommitOutcome{"b": CommitResumable, "z": CommitResumable}, want: 2},
+		{name: "unreadable newest skipped", ms: []man{{1, nil}, {1, nil}}, corrupt: 2, want: 1},
+		{name: "no checkpoint", want: 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
+			for i, m := range tc.ms {
+				id := checkpoint.ID(i + 1)
+				var cs []checkpoint.Committable
+				for _, txn := range m.txns {
+					cs = append(cs, checkpoint.Committable{Operator: "out", TransactionalID: txn})
+				}
+				b, err := checkpoint.EncodeManifest(checkpoint.Manifest{Version: checkpoint.FormatVersion, Job: "j", Task: 0, Checkpoint: id, Epoch: m.epoch,
+					Operators: []checkpoint.Ack{{Operator: "out", Committables: cs}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if id == tc.corrupt {
+					b = []byte("{not a manifest")
+				}
+				if err := st.PutIfAbsent(ctx, checkpoint.ManifestName("j", 0, id), b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			cfg := &Config{CheckCommittables: func(_ context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
+				out := make([]CommitOutcome, len(cs))
+				for i, c := range cs {
+					out[i] = tc.outcome[c.TransactionalID]
+				}
+				return out, nil
+			}}
+			if err := cfg.Validate("j"); err == nil {
+				t.Fatal("config without tasks and storage validated")
+			}
+			tk := &task{job: "j", storage: st, cfg: cfg, log: cfg.Logger}
+			_, err := tk.restore(ctx)
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrNoValidCheckpoint) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("want ErrNoValidCheckpoint with %q, got %v", tc.wantErr, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tk.restoredFrom != tc.want {
+				t.Fatalf("restored from %d, want %d", tk.restoredFrom, tc.want)
+			}
+		})
+	}
+}
