@@ -1,0 +1,202 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func validConfig() Config {
+	c := DefaultConfig()
+	c.Input, c.Output = "in", "out"
+	return c
+}
+
+func TestDefaultConfigIsValid(t *testing.T) {
+	c := validConfig()
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults with input and output: %v", err)
+	}
+	if got := c.poolSize(); got != c.TolerableFailures+3 {
+		t.Errorf("default pool size %d, want tolerable failures + 3 = %d", got, c.TolerableFailures+3)
+	}
+	if w := c.Warnings(); len(w) != 1 || !strings.Contains(w[0], "--checkpoint-timeout") {
+		// 60s transactions against 1m checkpoint timeouts: allowed, warned.
+		t.Errorf("warnings of the defaults: %q", w)
+	}
+}
+
+func TestValidateNamesTheBadSetting(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+		want   []string
+	}{
+		{"interval", func(c *Config) { c.Interval = 0 }, []string{"--interval: must be > 0"}},
+		{"negative interval", func(c *Config) { c.Interval = -time.Second }, []string{"--interval: must be > 0"}},
+		{"checkpoint timeout", func(c *Config) { c.CheckpointTimeout = 0 }, []string{"--checkpoint-timeout: must be > 0"}},
+		{"min pause", func(c *Config) { c.MinPause = -1 }, []string{"--min-pause: must not be negative"}},
+		{"tolerable failures", func(c *Config) { c.TolerableFailures = -1 }, []string{"--tolerable-failures: must not be negative"}},
+		{"job", func(c *Config) { c.Job = "sum" }, []string{`--job: "sum"`}},
+		{"name", func(c *Config) { c.Name = "a b" }, []string{`--name: "a b"`}},
+		{"no input", func(c *Config) { c.Input = "" }, []string{"--input: required"}},
+		{"no output", func(c *Config) { c.Output = "" }, []string{"--output: required"}},
+		{"same topics", func(c *Config) { c.Output = c.Input }, []string{"--output: \"in\" is also the input topic"}},
+		{"no brokers", func(c *Config) { c.Brokers = nil }, []string{"--brokers: required"}},
+		{"bad broker", func(c *Config) { c.Brokers = []string{"localhost"} }, []string{`--brokers: "localhost" is not host:port`}},
+		{"tasks", func(c *Config) { c.Tasks = []int{0, -1, 0} }, []string{"--tasks: -1 is negative", "--tasks: 0 listed twice"}},
+		{"checkpoints", func(c *Config) { c.Checkpoints = "s4://x" }, []string{`--checkpoints: "s4://x"`}},
+		{"delivery", func(c *Config) { c.Delivery = "twice" }, []string{`--delivery: "twice"`}},
+		{"pool size", func(c *Config) { c.PoolSize = 4 }, []string{"--pool-size: sink pool size 4 is too small", "--tolerable-failures"}},
+		{"txn timeout", func(c *Config) { c.TxnTimeout = 20 * time.Second }, []string{
+			"--txn-timeout: sink transaction timeout 20s is too short", "--interval", "--tolerable-failures", "--restart-allowance",
+		}},
+		{"txn timeout unit", func(c *Config) { c.TxnTimeout = time.Millisecond }, []string{"--txn-timeout: 1ms, want at least 1s"}},
+		{"start", func(c *Config) { c.Start = "yesterday" }, []string{`--start: "yesterday"`}},
+		{"dead letter needs topic", func(c *Config) { c.OnDecodeError = "dead-letter" }, []string{"--on-decode-error: dead-letter needs --dead-letter"}},
+		{"dead letter unused", func(c *Config) { c.OnDecodeError, c.DeadLetter = "fail", "dlq" }, []string{"--dead-letter: \"dlq\" set"}},
+		{"on decode error", func(c *Config) { c.OnDecodeError = "ignore" }, []string{`--on-decode-error: "ignore"`}},
+		{"dead letter is input", func(c *Config) { c.DeadLetter = "in" }, []string{"--dead-letter: \"in\" is also"}},
+		{"epoch", func(c *Config) { c.Epoch = 0 }, []string{"--epoch: must be > 0"}},
+		{"metrics addr", func(c *Config) { c.MetricsAddr = "9090" }, []string{`--metrics-addr: "9090"`}},
+		{"log level", func(c *Config) { c.LogLevel = "loud" }, []string{`--log-level: "loud"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validConfig()
+			tc.change(&c)
+			err := c.Validate()
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+}
+
+func TestValidateAcceptsOtherDeliveriesWithoutTransactionChecks(t *testing.T) {
+	c := validConfig()
+	c.Delivery, c.TxnTimeout, c.PoolSize = "at-least-once", time.Second, 3
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c.Start = "2026-01-02T15:04:05Z"
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func env(kv ...string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i] == k {
+				return kv[i+1], true
+			}
+		}
+		return "", false
+	}
+}
+
+func TestFlagsAndEnvironment(t *testing.T) {
+	var stderr bytes.Buffer
+	c, err := parseRunConfig(
+		[]string{"--input", "numbers", "--interval", "250ms", "--tasks", "0,2", "--brokers", "a:1,b:2"},
+		env("WEIR_OUTPUT", "counts", "WEIR_INTERVAL", "5s", "WEIR_TOLERABLE_FAILURES", "1",
+			"WEIR_CHECKPOINT_TIMEOUT", "30s", "WEIR_ON_DECODE_ERROR", "dead-letter", "WEIR_DEAD_LETTER", "dlq",
+			"WEIR_EPOCH", "42", "WEIR_START", "latest"),
+		&stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if c.Input != "numbers" || c.Output != "counts" {
+		t.Errorf("topics %q -> %q", c.Input, c.Output)
+	}
+	if c.Interval != 250*time.Millisecond {
+		t.Errorf("interval %v: the flag must win over WEIR_INTERVAL", c.Interval)
+	}
+	if c.TolerableFailures != 1 || c.CheckpointTimeout != 30*time.Second || c.Epoch != 42 || c.Start != "latest" {
+		t.Errorf("environment not applied: %+v", c)
+	}
+	if c.OnDecodeError != "dead-letter" || c.DeadLetter != "dlq" {
+		t.Errorf("dead letter settings: %q %q", c.OnDecodeError, c.DeadLetter)
+	}
+	if !slices.Equal(c.Tasks, []int{0, 2}) || !slices.Equal(c.Brokers, []string{"a:1", "b:2"}) {
+		t.Errorf("lists: tasks %v brokers %v", c.Tasks, c.Brokers)
+	}
+	if c.Job != "count" || c.name() != "count" || c.Delivery != "exactly-once" {
+		t.Errorf("defaults: job %q name %q delivery %q", c.Job, c.name(), c.Delivery)
+	}
+}
+
+func TestFlagErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  []string
+		want string
+	}{
+		{"bad env value", []string{"--input", "a", "--output", "b"}, []string{"WEIR_INTERVAL", "soon"}, `WEIR_INTERVAL="soon" (--interval)`},
+		{"bad flag value", []string{"--input", "a", "--output", "b", "--tasks", "one"}, nil, `"one" is not an integer`},
+		{"unknown flag", []string{"--inptu", "a"}, nil, "flag provided but not defined: -inptu"},
+		{"stray argument", []string{"--input", "a", "--output", "b", "extra"}, nil, "unexpected arguments: extra"},
+		{"invalid setting", []string{"--input", "a", "--output", "b"}, []string{"WEIR_INTERVAL", "0s"}, "--interval: must be > 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			_, err := parseRunConfig(tc.args, env(tc.env...), &stderr)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("want an error with %q, got %v", tc.want, err)
+			}
+			if _, ok := err.(usageError); !ok {
+				t.Errorf("%T is not a usage error (exit 2)", err)
+			}
+		})
+	}
+}
+
+func TestExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{nil, 2, "usage: processor"},
+		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+		{[]string{"help"}, 0, "commands:"},
+		{[]string{"run", "-h"}, 0, "WEIR_SOME_FLAG"},
+		{[]string{"run", "--input", "a", "--output", "b", "--interval", "0s"}, 2, "--interval: must be > 0"},
+		{[]string{"run", "--input", "a", "--output", "b", "--txn-timeout", "10s"}, 2, "--txn-timeout: sink transaction timeout 10s is too short"},
+		{[]string{"generate", "--records", "-1"}, 2, "--topic: required"},
+		{[]string{"verify", "--input", "a"}, 2, "--output: required"},
+		{[]string{"demo", "--crash-at", "1.5"}, 2, "--crash-at: must be between 0 and 1"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), tc.args, env(), &stdout, &stderr)
+			if code != tc.code {
+				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tc.code, stderr.String())
+			}
+			if out := stdout.String() + stderr.String(); !strings.Contains(out, tc.want) {
+				t.Errorf("output lacks %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+func TestEnvName(t *testing.T) {
+	for flag, want := range map[string]string{
+		"interval":           "WEIR_INTERVAL",
+		"checkpoint-timeout": "WEIR_CHECKPOINT_TIMEOUT",
+		"on-decode-error":    "WEIR_ON_DECODE_ERROR",
+	} {
+		if got := envName(flag); got != want {
+			t.Errorf("envName(%q) = %q, want %q", flag, got, want)
+		}
+	}
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/testcluster"
+	"github.com/weirstream/weir/runtime"
+)
+
+// testCtx bounds a test that talks to Kafka.
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// waitCommitted reads topic read_committed until it holds n records.
+func waitCommitted(t *testing.T, ctx context.Context, brokers []string, topic string, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	got := 0
+	for got < n {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("%s: %d of %d records committed: %v", topic, got, n, ctx.Err())
+		}
+		got += fs.NumRecords()
+	}
+}
+
+// TestCountJobExactlyOnce runs the count job as `processor run` would, on
+// two partitions with two tasks, through a stop and a restart with a new
+// epoch; a bad record goes to the dead-letter topic. The committed output
+// must hold every input record's effect exactly once.
+func TestCountJobExactlyOnce(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	c := testcluster.Kafka(t)
+	in, out, dlq := testcluster.UniqueName(t, "in"), testcluster.UniqueName(t, "out"), testcluster.UniqueName(t, "dlq")
+	c.CreateTopics(t, 2, in, out, dlq)
+
+	gen := generateConfig{Brokers: c.Brokers, Topic: in, Job: "count", Records: 2500, Keys: 17, Batch: 500}
+	if _, err := generate(ctx, gen, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A value the count job cannot decode: dead-lettered, not counted.
+	if err := c.Client(t).ProduceSync(ctx, &kgo.Record{Topic: in, Key: []byte("k3"), Value: []byte("three")}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := DefaultConfig()
+	cfg.Name = testcluster.UniqueName(t, "count")
+	cfg.Brokers, cfg.Input, cfg.Output, cfg.DeadLetter = c.Brokers, in, out, dlq
+	cfg.Checkpoints = "file://" + t.TempDir()
+	cfg.StateDir = t.TempDir()
+	cfg.Interval, cfg.CheckpointTimeout = 50*time.Millisecond, 30*time.Second
+	cfg.TxnTimeout = 40 * time.Second
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	runUntil := func(epoch int64, committed int) {
+		t.Helper()
+		cfg.Epoch = epoch
+		w := &worker{cfg: cfg, log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+		rctx, stop := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- w.run(rctx) }()
+		waitCommitted(t, ctx, c.Brokers, out, committed)
+		stop()
+		if err := <-done; err != nil {
+			t.Fatalf("run (epoch %d): %v", epoch, err)
+		}
+	}
+	runUntil(1, 2500)
+
+	// More input, then a new process (a higher epoch) restores the
+	// checkpoints of the first and carries on.
+	gen.From = 2500
+	if _, err := generate(ctx, gen, nil); err != nil {
+		t.Fatal(err)
+	}
+	runUntil(2, 5000)
+
+	v, err := verify(ctx, c.Brokers, "count", in, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(v)
+	if v.In != 5001 || v.BadInput != 1 || v.Out != 5000 || !v.Clean() {
+		t.Fatalf("want 5001 records in (1 undecodable) and 5000 out exactly once, got: %v (notes %q)", v, v.Notes)
+	}
+	dead, _, err := readCommitted(ctx, c.Brokers, dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 1 || string(dead[0].Value) != "three" {
+		t.Fatalf("dead-letter topic holds %d records, want the one undecodable record", len(dead))
+	}
+
+	// Both runs checkpointed every task.
+	storage, err := checkpoint.Open(ctx, cfg.Checkpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for task := range 2 {
+		ids, _, err := checkpoint.ListCheckpoints(ctx, storage, cfg.Name, task)
+		if err != nil || len(ids) == 0 {
+			t.Fatalf("task %d: checkpoints %v, %v", task, ids, err)
+		}
+	}
+}
+
+func TestRunRefusesTaskWithoutPartition(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	c := testcluster.Kafka(t)
+	in, out := testcluster.UniqueName(t, "in"), testcluster.UniqueName(t, "out")
+	c.CreateTopics(t, 2, in, out)
+	var stderr strings.Builder
+	code := run(ctx, []string{"run", "--brokers", strings.Join(c.Brokers, ","), "--input", in, "--output", out,
+		"--tasks", "1,2", "--checkpoints", "memory"}, env(), io.Discard, &stderr)
+	if code != 2 || !strings.Contains(stderr.String(), "--tasks: task 2 has no partition") {
+		t.Fatalf("exit code %d, stderr:\n%s", code, stderr.String())
+	}
+}
+
+func TestDemo(t *testing.T) {
+	var out strings.Builder
+	res, err := demo(testCtx(t, 2*time.Minute), demoConfig{
+		Records: 6000, Accounts: 13, Partitions: 3, Interval: 100 * time.Millisecond,
+		Produce: time.Second, CrashAt: 0.5, Timeout: 90 * time.Second,
+	}, &out, testWriter{t})
+	t.Log("demo output:\n" + out.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Crashed || len(res.Restored) != 3 {
+		t.Errorf("the demo did not crash and restore 3 tasks: crashed %v, restored %v", res.Crashed, res.Restored)
+	}
+	if v := res.Verdict; !v.Clean() || v.In != 6000 || v.Out != 6000 {
+		t.Fatalf("verdict: %v", v)
+	}
+	for _, want := range []string{"*** CRASH", "latest checkpoint", "restarting", "verdict: records in 6000, records out 6000, duplicates 0, missing 0, wrong balances 0", "EXACTLY ONCE"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("demo output lacks %q", want)
+		}
+	}
+}
+
+func TestMetricsEndpoints(t *testing.T) {
+	st := &recordStats{}
+	st.in.Add(7)
+	reg := prometheus.NewRegistry()
+	m := newMetrics("count", st)
+	if err := m.register(reg); err != nil {
+		t.Fatal(err)
+	}
+	o := &observer{log: slog.New(slog.DiscardHandler), metrics: m, extra: runtime.NopObserver{}}
+	o.CheckpointCompleted("count", 1, checkpoint.Manifest{Checkpoint: 4, Timestamp: time.Now(),
+		Operators: []checkpoint.Ack{{Operator: "count", State: &checkpoint.StateHandle{Size: 100}}, {Operator: "x", State: &checkpoint.StateHandle{Size: 23}}}})
+	addr, stop, err := serveMetrics(t.Context(), "127.0.0.1:0", reg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	get := func(path string) string {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("%s: %s", path, resp.Status)
+		}
+		return string(b)
+	}
+	if got := get("/healthz"); got != "ok\n" {
+		t.Errorf("/healthz: %q", got)
+	}
+	metrics := get("/metrics")
+	for _, want := range []string{
+		`weir_records_in_total{job="count"} 7`,
+		`weir_checkpoint_size_bytes{job="count",task="1"} 123`,
+		`weir_checkpoints_completed_total{job="count",task="1"} 1`,
+		`weir_checkpoint_last_id{job="count",task="1"} 4`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}

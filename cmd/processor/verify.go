@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/examples/balance"
+)
+
+// verifyConfig is the configuration of `processor verify`.
+type verifyConfig struct {
+	Brokers []string
+	Job     string
+	Input   string
+	Output  string
+	Timeout time.Duration
+}
+
+func (c *verifyConfig) Validate() error {
+	errs := checkBrokers(c.Brokers)
+	if c.Job != "count" && c.Job != "balance" {
+		errs = append(errs, fmt.Errorf("--job: %q, want count or balance", c.Job))
+	}
+	if c.Input == "" {
+		errs = append(errs, errors.New("--input: required"))
+	}
+	if c.Output == "" {
+		errs = append(errs, errors.New("--output: required"))
+	}
+	if c.Timeout <= 0 {
+		errs = append(errs, fmt.Errorf("--timeout: must be > 0, got %v", c.Timeout))
+	}
+	return errors.Join(errs...)
+}
+
+// Verdict is what verify found. Clean says the output holds the effect of
+// every input record exactly once.
+type Verdict struct {
+	In, Out    int64
+	Duplicates int64 // effects seen more than once
+	Missing    int64 // input records with no effect in the output
+	// WrongTotals counts keys (count: sums; balance: accounts) whose last
+	// output disagrees with the input.
+	WrongTotals int64
+	// BadInput counts input records the job cannot decode (dead-lettered or
+	// failing the job, not expected in the output).
+	BadInput int64
+	// Malformed counts output records verify could not parse.
+	Malformed int64
+	// Notes say why records may be missing (open transactions).
+	Notes []string
+	job   string
+}
+
+func (v Verdict) Clean() bool {
+	return v.Duplicates == 0 && v.Missing == 0 && v.WrongTotals == 0 && v.Malformed == 0
+}
+
+func (v Verdict) String() string {
+	totals := "wrong sums"
+	if v.job == "balance" {
+		totals = "wrong balances"
+	}
+	s := fmt.Sprintf("records in %d, records out %d, duplicates %d, missing %d, %s %d", v.In, v.Out, v.Duplicates, v.Missing, totals, v.WrongTotals)
+	if v.BadInput > 0 {
+		s += fmt.Sprintf(", undecodable input %d", v.BadInput)
+	}
+	if v.Malformed > 0 {
+		s += fmt.Sprintf(", malformed output %d", v.Malformed)
+	}
+	return s
+}
+
+func verifyCommand(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
+	c := verifyConfig{Brokers: []string{"127.0.0.1:9092"}, Job: "count", Timeout: 2 * time.Minute}
+	fs := newFlagSet("verify", "Read --input and --output read_committed up to their last stable offsets and check that\nthe output has the effect of every input record exactly once. Exits 1 if not.", stderr)
+	fs.Var(listFlag{&c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
+	fs.StringVar(&c.Job, "job", c.Job, "the job that wrote the output: count or balance")
+	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
+	fs.StringVar(&c.Output, "output", c.Output, "output topic (required)")
+	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "give up reading after this")
+	if err := parseFlags(fs, args, lookup); err != nil {
+		return err
+	}
+	if err := c.Validate(); err != nil {
+		return usageError{err}
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	defer cancel()
+	v, err := verify(ctx, c.Brokers, c.Job, c.Input, c.Output)
+	if err != nil {
+		return err
+	}
+	for _, n := range v.Notes {
+		fmt.Fprintln(stdout, "note:", n)
+	}
+	fmt.Fprintln(stdout, v)
+	if !v.Clean() {
+		return errors.New("not exactly once")
+	}
+	return nil
+}
+
+// verify reads input and output and checks the output of job.
+func verify(ctx context.Context, brokers []string, job, input, output string) (Verdict, error) {
+	in, _, err := readCommitted(ctx, brokers, input)
+	if err != nil {
+		return Verdict{}, err
+	}
+	out, notes, err := readCommitted(ctx, brokers, output)
+	if err != nil {
+		return Verdict{}, err
+	}
+	var v Verdict
+	if job == "balance" {
+		v = checkBalance(in, out)
+	} else {
+		v = checkCount(in, out)
+	}
+	v.job = job
+	v.Notes = notes
+	return v, nil
+}
+
+// checkCount checks count output: per key, the counts 1..n once each (n the
+// key's input records) and a final sum equal to the sum of its inputs.
+func checkCount(in, out []*kgo.Record) Verdict {
+	v := Verdict{In: int64(len(in)), Out: int64(len(out))}
+	want := map[string]int64{}
+	wantSum := map[string]int64{}
+	for _, r := range in {
+		x, err := decodeCount(r)
+		if err != nil {
+			v.BadInput++
+			continue
+		}
+		want[x.Key]++
+		wantSum[x.Key] += x.N
+	}
+	seen := map[string]map[int64]int{}
+	finalSum := map[string]countOut{}
+	for _, r := range out {
+		var o countOut
+		if err := json.Unmarshal(r.Value, &o); err != nil || o.Key == "" {
+			v.Malformed++
+			continue
+		}
+		if seen[o.Key] == nil {
+			seen[o.Key] = map[int64]int{}
+		}
+		seen[o.Key][o.Count]++
+		if o.Count >= finalSum[o.Key].Count {
+			finalSum[o.Key] = o
+		}
+	}
+	for k, n := range want {
+		for c := int64(1); c <= n; c++ {
+			switch m := seen[k][c]; {
+			case m == 0:
+				v.Missing++
+			case m > 1:
+				v.Duplicates += int64(m - 1)
+			}
+		}
+		if finalSum[k].Sum != wantSum[k] || finalSum[k].Count != n {
+			v.WrongTotals++
+		}
+	}
+	// Counts past a key's input (or keys never in the input) are effects
+	// of records applied more than once.
+	for k, counts := range seen {
+		for c, m := range counts {
+			if c < 1 || c > want[k] {
+				v.Duplicates += int64(m)
+			}
+		}
+	}
+	return v
+}
+
+// checkBalance checks balance output: every transfer id once, and each
+// account's last balance (an account's balances are in one output
+// partition, in order) equal to the sum of its transfers.
+func checkBalance(in, out []*kgo.Record) Verdict {
+	v := Verdict{In: int64(len(in)), Out: int64(len(out))}
+	want := map[string]int64{} // account -> balance
+	ids := map[string]int{}    // transfer id -> outputs
+	for _, r := range in {
+		t, err := balance.Decode(r)
+		if err != nil {
+			v.BadInput++
+			continue
+		}
+		want[t.Account] += t.Amount
+		ids[t.ID] = 0
+	}
+	last := map[string]int64{}
+	for _, r := range out {
+		var b balance.Balance
+		if err := json.Unmarshal(r.Value, &b); err != nil || b.Account == "" {
+			v.Malformed++
+			continue
+		}
+		n, known := ids[b.TransferID]
+		if !known || n > 0 {
+			v.Duplicates++ // applied again, or a transfer that was never input
+		}
+		ids[b.TransferID] = n + 1
+		last[b.Account] = b.Balance
+	}
+	for _, n := range ids {
+		if n == 0 {
+			v.Missing++
+		}
+	}
+	for acc, w := range want {
+		if last[acc] != w {
+			v.WrongTotals++
+		}
+	}
+	return v
+}
+
+// readCommitted reads every committed record of topic up to its last
+// stable offsets at the time of the call, in partition order. Control
+// records (transaction markers) are kept while reading, so that reaching the
+// last stable offset is seen even when a marker is the last record before
+// it; they are not returned. Notes say when open transactions hold records
+// back (last stable offset below the high watermark).
+func readCommitted(ctx context.Context, brokers []string, topic string) ([]*kgo.Record, []string, error) {
+	acl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer acl.Close()
+	adm := kadm.NewClient(acl)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("start offsets of %s: %w", topic, err)
+	}
+	stable, err := adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = stable.Error()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("last stable offsets of %s: %w", topic, err)
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	if len(stable[topic]) == 0 {
+		return nil, nil, fmt.Errorf("topic %s: no partitions (does it exist?)", topic)
+	}
+	var notes []string
+	from := map[int32]kgo.Offset{}
+	until := map[int32]int64{} // partition -> last offset to read
+	parts := slices.Sorted(func(yield func(int32) bool) {
+		for p := range stable[topic] {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+	for _, p := range parts {
+		s, _ := starts.Lookup(topic, p)
+		lso, _ := stable.Lookup(topic, p)
+		if e, ok := ends.Lookup(topic, p); ok && e.Offset > lso.Offset {
+			notes = append(notes, fmt.Sprintf("%s/%d: last stable offset %d < high watermark %d: %d offsets belong to open transactions and are not checked",
+				topic, p, lso.Offset, e.Offset, e.Offset-lso.Offset))
+		}
+		if lso.Offset > s.Offset {
+			from[p] = kgo.NewOffset().At(s.Offset)
+			until[p] = lso.Offset - 1
+		}
+	}
+	byPart := map[int32][]*kgo.Record{}
+	if len(from) > 0 {
+		cl, err := kgo.NewClient(
+			kgo.SeedBrokers(brokers...),
+			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.KeepControlRecords(),
+		)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer cl.Close()
+		for len(until) > 0 {
+			fs := cl.PollFetches(ctx)
+			if err := ctx.Err(); err != nil {
+				return nil, nil, fmt.Errorf("read %s: %d partitions not read to their last stable offset: %w", topic, len(until), err)
+			}
+			if err := fs.Err(); err != nil {
+				return nil, nil, fmt.Errorf("read %s: %w", topic, err)
+			}
+			fs.EachRecord(func(r *kgo.Record) {
+				last, reading := until[r.Partition]
+				if !reading || r.Offset > last {
+					return
+				}
+				if !r.Attrs.IsControl() {
+					byPart[r.Partition] = append(byPart[r.Partition], r)
+				}
+				if r.Offset == last {
+					delete(until, r.Partition)
+				}
+			})
+		}
+	}
+	var out []*kgo.Record
+	for _, p := range parts {
+		out = append(out, byPart[p]...)
+	}
+	return out, notes, nil
+}
