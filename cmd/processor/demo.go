@@ -116,7 +116,9 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	began := time.Now()
-	p := func(format string, args ...any) { fmt.Fprintf(out, "%5.1fs  "+format+"\n", append([]any{time.Since(began).Seconds()}, args...)...) }
+	p := func(format string, args ...any) {
+		fmt.Fprintf(out, "%5.1fs  "+format+"\n", append([]any{time.Since(began).Seconds()}, args...)...)
+	}
 
 	dir := c.Dir
 	if dir == "" {
@@ -362,7 +364,7 @@ type demoObserver struct {
 	total int64
 
 	mu      sync.Mutex
-	done    map[int]bool // tasks with a completed checkpoint in this run
+	done    map[int]bool  // tasks with a completed checkpoint in this run
 	pos     map[int]int64 // per task, the last checkpointed offset
 	pending map[checkpoint.ID][]demoCheckpoint
 	wake    chan struct{}

@@ -125,7 +125,6 @@ func verify(ctx context.Context, brokers []string, job, input, output string) (V
 	} else {
 		v = checkCount(in, out)
 	}
-	v.job = job
 	v.Notes = notes
 	return v, nil
 }
@@ -133,7 +132,7 @@ func verify(ctx context.Context, brokers []string, job, input, output string) (V
 // checkCount checks count output: per key, the counts 1..n once each (n the
 // key's input records) and a final sum equal to the sum of its inputs.
 func checkCount(in, out []*kgo.Record) Verdict {
-	v := Verdict{In: int64(len(in)), Out: int64(len(out))}
+	v := Verdict{In: int64(len(in)), Out: int64(len(out)), job: "count"}
 	want := map[string]int64{}
 	wantSum := map[string]int64{}
 	for _, r := range in {
@@ -190,7 +189,7 @@ func checkCount(in, out []*kgo.Record) Verdict {
 // account's last balance (an account's balances are in one output
 // partition, in order) equal to the sum of its transfers.
 func checkBalance(in, out []*kgo.Record) Verdict {
-	v := Verdict{In: int64(len(in)), Out: int64(len(out))}
+	v := Verdict{In: int64(len(in)), Out: int64(len(out)), job: "balance"}
 	want := map[string]int64{} // account -> balance
 	ids := map[string]int{}    // transfer id -> outputs
 	for _, r := range in {
