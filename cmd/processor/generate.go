@@ -96,6 +96,10 @@ func generateCommand(ctx context.Context, args []string, lookup func(string) (st
 	if err != nil {
 		return err
 	}
+	if n == 0 {
+		fmt.Fprintf(stdout, "topic %s ready, no records written\n", c.Topic)
+		return nil
+	}
 	fmt.Fprintf(stdout, "wrote %d %s records to %s: numbers %d..%d, %d keys\n", n, c.Job, c.Topic, c.From, c.From+n-1, c.Keys)
 	return nil
 }

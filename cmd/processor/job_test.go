@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -117,6 +118,17 @@ func TestCountJobExactlyOnce(t *testing.T) {
 		t.Fatalf("dead-letter topic holds %d records, want the one undecodable record", len(dead))
 	}
 
+	// The lag group has the last checkpoint's positions: everything read.
+	offsets, err := c.Admin(t).FetchOffsets(ctx, lagGroup(&cfg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lagged int64
+	offsets.Each(func(o kadm.OffsetResponse) { lagged += o.At })
+	if lagged != 5001 {
+		t.Errorf("group %s has committed offsets summing to %d, want 5001: %v", lagGroup(&cfg), lagged, offsets)
+	}
+
 	// Both runs checkpointed every task.
 	storage, err := checkpoint.Open(ctx, cfg.Checkpoints)
 	if err != nil {
@@ -130,16 +142,30 @@ func TestCountJobExactlyOnce(t *testing.T) {
 	}
 }
 
-func TestRunRefusesTaskWithoutPartition(t *testing.T) {
+// TestRunRefusesSettingsKafkaContradicts: settings that only Kafka can
+// refute fail at start too, naming the setting, with exit code 2.
+func TestRunRefusesSettingsKafkaContradicts(t *testing.T) {
 	ctx := testCtx(t, time.Minute)
 	c := testcluster.Kafka(t)
 	in, out := testcluster.UniqueName(t, "in"), testcluster.UniqueName(t, "out")
 	c.CreateTopics(t, 2, in, out)
-	var stderr strings.Builder
-	code := run(ctx, []string{"run", "--brokers", strings.Join(c.Brokers, ","), "--input", in, "--output", out,
-		"--tasks", "1,2", "--checkpoints", "memory"}, env(), io.Discard, &stderr)
-	if code != 2 || !strings.Contains(stderr.String(), "--tasks: task 2 has no partition") {
-		t.Fatalf("exit code %d, stderr:\n%s", code, stderr.String())
+	for _, tc := range []struct {
+		name  string
+		input string
+		tasks string
+		want  string
+	}{
+		{"task without partition", in, "1,2", "--tasks: task 2 has no partition"},
+		{"no input topic", testcluster.UniqueName(t, "missing"), "", "--input: input topic"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr strings.Builder
+			code := run(ctx, []string{"run", "--brokers", strings.Join(c.Brokers, ","), "--input", tc.input, "--output", out,
+				"--tasks", tc.tasks, "--checkpoints", "memory"}, env(), io.Discard, &stderr)
+			if code != 2 || !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("exit code %d, want 2 with %q; stderr:\n%s", code, tc.want, stderr.String())
+			}
+		})
 	}
 }
 

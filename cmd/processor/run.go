@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -66,6 +68,9 @@ func (w *worker) run(ctx context.Context) error {
 	}
 
 	parts, err := source.PartitionCount(ctx, c.Brokers, []string{c.Input})
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return usageError{fmt.Errorf("--input: %w", err)}
+	}
 	if err != nil {
 		return fmt.Errorf("--input %s: %w", c.Input, err)
 	}
