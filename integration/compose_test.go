@@ -181,9 +181,10 @@ func TestComposeFile(t *testing.T) {
 			}
 		}
 
-		brokers := worker.Environment["KAFKA_BROKERS"]
+		// processor takes --brokers from WEIR_BROKERS.
+		brokers := worker.Environment["WEIR_BROKERS"]
 		if brokers == "" {
-			t.Fatal("worker has no KAFKA_BROKERS")
+			t.Fatal("worker has no WEIR_BROKERS")
 		}
 		advertised := kafka.Environment["KAFKA_ADVERTISED_LISTENERS"]
 		for _, b := range strings.Split(brokers, ",") {
