@@ -22,6 +22,9 @@ type verifyConfig struct {
 	Input   string
 	Output  string
 	Timeout time.Duration
+	// Wait re-reads until the verdict is clean or Wait has passed: for
+	// output still held back by open transactions of running workers.
+	Wait time.Duration
 }
 
 func (c *verifyConfig) Validate() error {
@@ -37,6 +40,9 @@ func (c *verifyConfig) Validate() error {
 	}
 	if c.Timeout <= 0 {
 		errs = append(errs, fmt.Errorf("--timeout: must be > 0, got %v", c.Timeout))
+	}
+	if c.Wait < 0 {
+		errs = append(errs, fmt.Errorf("--wait: must not be negative, got %v", c.Wait))
 	}
 	return errors.Join(errs...)
 }
@@ -87,17 +93,31 @@ func verifyCommand(ctx context.Context, args []string, lookup func(string) (stri
 	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
 	fs.StringVar(&c.Output, "output", c.Output, "output topic (required)")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "give up reading after this")
+	fs.DurationVar(&c.Wait, "wait", c.Wait, "re-read every second until the verdict is clean, for at most this long (0: read once)")
 	if err := parseFlags(fs, args, lookup); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
 		return usageError{err}
 	}
-	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, c.Timeout+c.Wait)
 	defer cancel()
-	v, err := verify(ctx, c.Brokers, c.Job, c.Input, c.Output)
-	if err != nil {
-		return err
+	deadline := time.Now().Add(c.Wait)
+	var v Verdict
+	for {
+		var err error
+		if v, err = verify(ctx, c.Brokers, c.Job, c.Input, c.Output); err != nil {
+			return err
+		}
+		if v.Clean() || time.Now().After(deadline) {
+			break
+		}
+		fmt.Fprintf(stderr, "not yet: %v\n", v)
+		select { // pacing, not synchronisation: the workers give no signal
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
 	for _, n := range v.Notes {
 		fmt.Fprintln(stdout, "note:", n)
