@@ -1,5 +1,6 @@
 # make test         everything, on in-process fakes (kfake, gofakes3): needs only Go
-# make integration  the end-to-end tests; KAFKA_BROKERS=host:port to use a real broker
+# make integration  the end-to-end tests, plus the Kafka source and sink tests;
+#                   KAFKA_BROKERS=host:port to use a real broker
 TESTFLAGS ?=
 
 .PHONY: test integration
@@ -8,4 +9,4 @@ test:
 	go test -race -count=1 $(TESTFLAGS) ./...
 
 integration:
-	go test -race -count=1 $(TESTFLAGS) ./integration/...
+	go test -race -count=1 $(TESTFLAGS) ./integration/... ./source/... ./sink/...
