@@ -3,7 +3,6 @@ package runtime
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -106,11 +105,8 @@ type keyedState struct {
 }
 
 func (k *keyedState) open(t *task, n *node) error {
-	dir := filepath.Join(t.stateDir, n.name)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return fmt.Errorf("operator %s: state dir: %w", n.name, err)
-	}
-	b, err := t.backends(t.id, n.name, dir)
+	// The backend creates the directory if it keeps files there.
+	b, err := t.backends(t.id, n.name, filepath.Join(t.stateDir, n.name))
 	if err != nil {
 		return fmt.Errorf("operator %s: open state backend: %w", n.name, err)
 	}

@@ -1,0 +1,90 @@
+package stream_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/stream"
+)
+
+// printSink prints what it wrote once the checkpoint covering it completes:
+// a two-phase-commit sink in miniature.
+type printSink struct{ pending, committed []string }
+
+func (p *printSink) Write(_ context.Context, s string) error {
+	p.pending = append(p.pending, s)
+	return nil
+}
+
+func (p *printSink) PreCommit(context.Context, checkpoint.ID) ([]checkpoint.Committable, error) {
+	p.committed = append(p.committed, p.pending...)
+	p.pending = nil
+	return nil, nil
+}
+
+func (p *printSink) Commit(context.Context, checkpoint.ID) error {
+	for _, s := range p.committed {
+		fmt.Println(s)
+	}
+	p.committed = nil
+	return nil
+}
+
+func (p *printSink) Close() error { return nil }
+
+// A word count: lines are split into words, keyed by word, and a keyed
+// operator keeps each word's count in keyed state.
+func Example() {
+	job := stream.NewJob("wordcount")
+	lines := stream.Source(job, "lines", stream.SliceSource([][]string{{"to be or", "not to be"}}))
+	words := stream.FlatMap(lines, "split", func(line string, out *stream.Emitter[string]) error {
+		for _, w := range strings.Fields(line) {
+			if err := out.Emit(w); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	byWord := stream.KeyBy(words, "by-word", func(w string) string { return w }, state.String())
+	counts := stream.Process(byWord, "count", func(s *stream.Setup) (stream.Processor[string, string, string], error) {
+		count, err := stream.ValueState(s, "count", state.Int64())
+		return stream.Processor[string, string, string]{
+			Process: func(ctx *stream.Context[string, string], w string) error {
+				n, _, err := count.Get()
+				if err != nil {
+					return err
+				}
+				if err := count.Set(n + 1); err != nil {
+					return err
+				}
+				return ctx.Emit(fmt.Sprintf("%s=%d", w, n+1))
+			},
+		}, err
+	})
+	stream.Sink(counts, "print", func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[string], error) {
+		return &printSink{}, nil
+	})
+	plan, err := job.Build()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = runtime.Run(context.Background(), plan, runtime.Config{
+		Tasks:   []int{0},
+		Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}),
+	})
+	if err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// to=1
+	// be=1
+	// or=1
+	// not=1
+	// to=2
+	// be=2
+}
