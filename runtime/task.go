@@ -230,7 +230,7 @@ func (t *task) run(ctx context.Context) (err error) {
 		Task:        t.id,
 		Epoch:       t.cfg.Epoch,
 		Executor:    t,
-		Logger:      t.log,
+		Logger:      t.cfg.Logger, // the driver adds job and task itself
 		OnComplete:  func(m checkpoint.Manifest) { t.observer.CheckpointCompleted(t.job, t.id, m) },
 		OnAborted:   func(id checkpoint.ID, err error) { t.observer.CheckpointAborted(t.job, t.id, id, err) },
 	})
