@@ -11,8 +11,7 @@ import (
 //	memory, memory://   a fresh Memory storage with default options
 //	file:///abs/path    a File storage at /abs/path
 //	file://rel/path     a File storage at rel/path, relative to the working directory
-//
-// s3://bucket/prefix is not supported yet; it comes with the S3 storage.
+//	s3://bucket/prefix  an S3 storage (settings in the query: S3OptionsFromURI)
 func Open(ctx context.Context, uri string) (Storage, error) {
 	switch {
 	case uri == "memory" || uri == "memory://":
@@ -28,8 +27,16 @@ func Open(ctx context.Context, uri string) (Storage, error) {
 		}
 		return st, nil
 	case strings.HasPrefix(uri, "s3://"):
-		return nil, fmt.Errorf("checkpoint storage %q: s3:// is not supported yet (it comes in a later release); use file:// or memory", uri)
+		opts, err := S3OptionsFromURI(uri)
+		if err != nil {
+			return nil, err
+		}
+		st, err := NewS3(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("checkpoint storage %q: %w", uri, err)
+		}
+		return st, nil
 	default:
-		return nil, fmt.Errorf("checkpoint storage %q: unknown scheme; want memory or file://PATH", uri)
+		return nil, fmt.Errorf("checkpoint storage %q: unknown scheme; want memory, file://PATH or s3://BUCKET/PREFIX", uri)
 	}
 }

@@ -283,7 +283,7 @@ func TestOpen(t *testing.T) {
 		{uri: "file://" + filepath.Join(dir, "abs"), wantDir: filepath.Join(dir, "abs")},
 		{uri: "file://rel/path", wantDir: filepath.Join(dir, "rel", "path")},
 		{uri: "file://", wantErr: "needs a path"},
-		{uri: "s3://bucket/prefix", wantErr: "s3:// is not supported yet"},
+		{uri: "s3://", wantErr: "needs a bucket"},
 		{uri: "gs://bucket", wantErr: "unknown scheme"},
 		{uri: "/var/lib/weir", wantErr: "unknown scheme"},
 	} {
