@@ -1,0 +1,446 @@
+package state
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+)
+
+// PebbleOptions configure the Pebble backend. The zero value is usable.
+type PebbleOptions struct {
+	// MemTableSize bounds one memtable, in bytes (default 64 MiB). Snapshot
+	// flushes the memtable, so this bounds the snapshot pause too.
+	MemTableSize int64
+	// CacheSize is the block cache, in bytes (default 64 MiB). The backends
+	// of one Factory share one cache; OpenPebble makes its own.
+	CacheSize int64
+	// UploadParallelism bounds concurrent uploads of one snapshot and
+	// downloads of one restore (default 4).
+	UploadParallelism int
+	// Logger receives Pebble's own messages: info at debug level, errors at
+	// error level. nil discards them (Pebble's default logger is chatty).
+	Logger *slog.Logger
+}
+
+const (
+	defaultMemTableSize      = 64 << 20
+	defaultCacheSize         = 64 << 20
+	defaultUploadParallelism = 4
+)
+
+func (o PebbleOptions) withDefaults() (PebbleOptions, error) {
+	switch {
+	case o.MemTableSize < 0:
+		return o, fmt.Errorf("state: pebble: MemTableSize %d is negative", o.MemTableSize)
+	case o.MemTableSize >= 4<<30:
+		return o, fmt.Errorf("state: pebble: MemTableSize %d is 4 GiB or more", o.MemTableSize)
+	case o.CacheSize < 0:
+		return o, fmt.Errorf("state: pebble: CacheSize %d is negative", o.CacheSize)
+	case o.UploadParallelism < 0:
+		return o, fmt.Errorf("state: pebble: UploadParallelism %d is negative", o.UploadParallelism)
+	}
+	if o.MemTableSize == 0 {
+		o.MemTableSize = defaultMemTableSize
+	}
+	if o.CacheSize == 0 {
+		o.CacheSize = defaultCacheSize
+	}
+	if o.UploadParallelism == 0 {
+		o.UploadParallelism = defaultUploadParallelism
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o, nil
+}
+
+// NewPebble returns a Factory of Pebble backends, each in the directory the
+// runtime gives it. The backends share one block cache, which lives as long
+// as the process.
+func NewPebble(opts PebbleOptions) Factory {
+	var (
+		once  sync.Once
+		cache *pebble.Cache
+	)
+	return func(task int, operator, dir string) (Backend, error) {
+		o, err := opts.withDefaults()
+		if err != nil {
+			return nil, err
+		}
+		once.Do(func() { cache = pebble.NewCache(o.CacheSize) })
+		return openPebble(dir, o, cache)
+	}
+}
+
+// Pebble keeps state in a Pebble DB on local disk and snapshots it
+// incrementally: a snapshot is a Pebble checkpoint (hard links to the
+// immutable SSTs plus copies of the small mutable files), and an upload sends
+// only the SSTs this store instance has not uploaded before.
+//
+// The local directory is a cache, never the truth: there is no WAL, and
+// OpenPebble discards whatever a previous process left in dir. What survives
+// a crash is what the last checkpoint uploaded.
+//
+// Layout under dir:
+//
+//	db-<instance>/           the live DB
+//	snap/<instance>-<n>/     the checkpoint of one Snapshot, until Release
+//
+// Keyspace: the catalog maps each table name to a short id (uvarint, from 1)
+// and is stored in the DB under id 0, so that every snapshot carries it and a
+// restore agrees with the writer on the ids. A table's keys all start with its
+// id:
+//
+//	catalog  0x00 name                     -> kind byte, uvarint id
+//	value    id key                        -> value
+//	list     id key                        -> items, each uvarint length + bytes (a merge appends)
+//	map      id escaped(key) userKey       -> value
+//
+// escaped(key) writes 0x00 as 0x00 0xff and ends with 0x00 0x01: it is
+// unambiguous and keeps (key, userKey) byte order, so Map.Iterate is a prefix
+// scan in user-key order and Map.Scan one scan of the table in (key, userKey)
+// order.
+type Pebble struct {
+	dir   string
+	opts  PebbleOptions
+	cache *pebble.Cache // nil: the Factory owns it
+
+	db       *pebble.DB // nil once closed
+	dbDir    string
+	instance string
+	shared   *sharedSet // SSTs this store instance has in storage
+
+	tables  map[string]*pebbleTable // declared
+	catalog map[string]catalogEntry // as stored in db
+	nextID  uint64
+	snapN   int
+
+	getBuf []byte
+	keyBuf []byte
+}
+
+// OpenPebble opens an empty Pebble backend in dir, creating dir if needed
+// and deleting what an earlier backend left there.
+func OpenPebble(dir string, opts PebbleOptions) (*Pebble, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	cache := pebble.NewCache(o.CacheSize)
+	p, err := openPebble(dir, o, cache)
+	cache.Unref() // the DB holds its own reference
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func openPebble(dir string, opts PebbleOptions, cache *pebble.Cache) (*Pebble, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("state: pebble: %w", err)
+	}
+	if err := removeStale(dir); err != nil {
+		return nil, fmt.Errorf("state: pebble: clean %s: %w", dir, err)
+	}
+	p := &Pebble{dir: dir, opts: opts, cache: cache, tables: map[string]*pebbleTable{}, catalog: map[string]catalogEntry{}}
+	inst, err := newInstanceID()
+	if err != nil {
+		return nil, err
+	}
+	dbDir := filepath.Join(dir, "db-"+inst)
+	db, err := pebble.Open(dbDir, p.pebbleOptions())
+	if err != nil {
+		return nil, fmt.Errorf("state: pebble: open %s: %w", dbDir, err)
+	}
+	p.db, p.dbDir, p.instance, p.shared = db, dbDir, inst, newSharedSet(nil)
+	p.nextID = 1
+	return p, nil
+}
+
+// removeStale deletes the DBs, snapshots and restores of earlier backends.
+func removeStale(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if strings.HasPrefix(n, "db-") || n == "snap" {
+			if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (p *Pebble) pebbleOptions() *pebble.Options {
+	return &pebble.Options{
+		Cache:              p.cache,
+		MemTableSize:       uint64(p.opts.MemTableSize),
+		DisableWAL:         true, // the checkpoint is the durability
+		FormatMajorVersion: pebble.FormatNewest,
+		Merger:             listMerger,
+		Logger:             pebbleLogger{p.opts.Logger},
+	}
+}
+
+// newInstanceID names a store instance: SST file numbers are unique only
+// within one store's history, so shared objects are keyed by instance too.
+func newInstanceID() (string, error) {
+	var b [8]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("state: pebble: instance id: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// Name implements Backend.
+func (p *Pebble) Name() string { return "pebble" }
+
+// Instance is the id of the current store instance; shared files this
+// instance uploads are named shared + Instance() + "/" + file name.
+func (p *Pebble) Instance() string { return p.instance }
+
+// ---- catalog ----
+
+const catalogID = 0
+
+type pebbleTable struct {
+	p      *Pebble
+	name   string
+	kind   tableKind
+	id     uint64
+	prefix []byte // uvarint(id)
+	upper  []byte // the first key after the table
+}
+
+func (t *pebbleTable) setID(id uint64) {
+	t.id = id
+	t.prefix = binary.AppendUvarint(nil, id)
+	t.upper = prefixSuccessor(t.prefix)
+}
+
+func catalogKey(name string) []byte {
+	return append(binary.AppendUvarint(nil, catalogID), name...)
+}
+
+// readCatalog returns the catalog stored in db.
+func readCatalog(db *pebble.DB) (map[string]catalogEntry, error) {
+	lo := binary.AppendUvarint(nil, catalogID)
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: prefixSuccessor(lo)})
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]catalogEntry{}
+	for ok := it.First(); ok; ok = it.Next() {
+		name := string(it.Key()[len(lo):])
+		v, err := it.ValueAndErr()
+		if err != nil {
+			it.Close()
+			return nil, err
+		}
+		e, err := decodeCatalogEntry(v)
+		if err != nil {
+			it.Close()
+			return nil, fmt.Errorf("catalog entry %q: %w", name, err)
+		}
+		out[name] = e
+	}
+	if err := it.Close(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+type catalogEntry struct {
+	kind tableKind
+	id   uint64
+}
+
+func (e catalogEntry) encode() []byte {
+	return binary.AppendUvarint([]byte{byte(e.kind)}, e.id)
+}
+
+func decodeCatalogEntry(v []byte) (catalogEntry, error) {
+	if len(v) < 2 {
+		return catalogEntry{}, errors.New("too short")
+	}
+	k := tableKind(v[0])
+	if k < kindValue || k > kindMap {
+		return catalogEntry{}, fmt.Errorf("unknown state kind %d", k)
+	}
+	id, n := binary.Uvarint(v[1:])
+	if n <= 0 || n != len(v)-1 || id == catalogID {
+		return catalogEntry{}, errors.New("bad table id")
+	}
+	return catalogEntry{kind: k, id: id}, nil
+}
+
+func (p *Pebble) declare(name string, kind tableKind) (*pebbleTable, error) {
+	if p.db == nil {
+		return nil, ErrClosed
+	}
+	if err := validName(name); err != nil {
+		return nil, err
+	}
+	if t, ok := p.tables[name]; ok {
+		if t.kind != kind {
+			return nil, fmt.Errorf("state: %q is declared as %s state, not %s", name, t.kind, kind)
+		}
+		return t, nil
+	}
+	// A table restored but not declared yet keeps its id.
+	t := &pebbleTable{p: p, name: name, kind: kind}
+	if e, ok := p.catalog[name]; ok {
+		if e.kind != kind {
+			return nil, fmt.Errorf("state: %q is %s state in the restored snapshot, not %s", name, e.kind, kind)
+		}
+		t.setID(e.id)
+	} else {
+		t.setID(p.nextID)
+		p.nextID++
+		e := catalogEntry{kind: kind, id: t.id}
+		if err := p.db.Set(catalogKey(name), e.encode(), pebble.NoSync); err != nil {
+			return nil, fmt.Errorf("state: pebble: declare %q: %w", name, err)
+		}
+		p.catalog[name] = e
+	}
+	p.tables[name] = t
+	return t, nil
+}
+
+// Value implements Backend.
+func (p *Pebble) Value(name string) (ValueTable, error) {
+	t, err := p.declare(name, kindValue)
+	if err != nil {
+		return nil, err
+	}
+	return (*pebbleValue)(t), nil
+}
+
+// List implements Backend.
+func (p *Pebble) List(name string) (ListTable, error) {
+	t, err := p.declare(name, kindList)
+	if err != nil {
+		return nil, err
+	}
+	return (*pebbleList)(t), nil
+}
+
+// Map implements Backend.
+func (p *Pebble) Map(name string) (MapTable, error) {
+	t, err := p.declare(name, kindMap)
+	if err != nil {
+		return nil, err
+	}
+	return (*pebbleMap)(t), nil
+}
+
+// Close implements Backend. It deletes the local DB (a cache of the last
+// checkpoint plus later writes, useless without a WAL); outstanding snapshots
+// stay valid until released.
+func (p *Pebble) Close() error {
+	if p.db == nil {
+		return nil
+	}
+	err := p.db.Close()
+	p.db = nil
+	if rerr := os.RemoveAll(p.dbDir); err == nil && rerr != nil {
+		err = rerr
+	}
+	if err != nil {
+		return fmt.Errorf("state: pebble: close: %w", err)
+	}
+	return nil
+}
+
+// ---- keys ----
+
+// prefixSuccessor is the smallest key greater than every key with prefix b,
+// or nil (no upper bound) if b is all 0xff.
+func prefixSuccessor(b []byte) []byte {
+	s := append([]byte(nil), b...)
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] != 0xff {
+			s[i]++
+			return s[:i+1]
+		}
+	}
+	return nil
+}
+
+// appendEscaped appends key so that the encoding is self-delimiting and
+// order-preserving (see Pebble).
+func appendEscaped(dst, key []byte) []byte {
+	for {
+		i := indexZero(key)
+		if i < 0 {
+			break
+		}
+		dst = append(dst, key[:i]...)
+		dst = append(dst, 0x00, 0xff)
+		key = key[i+1:]
+	}
+	dst = append(dst, key...)
+	return append(dst, 0x00, 0x01)
+}
+
+func indexZero(b []byte) int {
+	for i, c := range b {
+		if c == 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// cutEscaped decodes an escaped key at the start of b into dst and returns
+// it and the rest of b.
+func cutEscaped(dst, b []byte) (key, rest []byte, err error) {
+	for {
+		i := indexZero(b)
+		if i < 0 || i+1 >= len(b) {
+			return nil, nil, errors.New("state: pebble: bad map key encoding")
+		}
+		dst = append(dst, b[:i]...)
+		switch b[i+1] {
+		case 0x01:
+			return dst, b[i+2:], nil
+		case 0xff:
+			dst = append(dst, 0)
+			b = b[i+2:]
+		default:
+			return nil, nil, errors.New("state: pebble: bad map key escape")
+		}
+	}
+}
+
+// ---- logging ----
+
+type pebbleLogger struct{ l *slog.Logger }
+
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+
+// Fatalf must not return; a panic, unlike Pebble's os.Exit, lets the task
+// fail and restart from its checkpoint.
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.l.Error(msg, "component", "pebble")
+	panic("pebble: " + msg)
+}
