@@ -13,6 +13,7 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // PebbleOptions configure the Pebble backend. The zero value is usable.
@@ -185,12 +186,16 @@ func removeStale(dir string) error {
 
 func (p *Pebble) pebbleOptions() *pebble.Options {
 	return &pebble.Options{
+		FS:                 noSyncFS{vfs.Default},
 		Cache:              p.cache,
 		MemTableSize:       uint64(p.opts.MemTableSize),
 		DisableWAL:         true, // the checkpoint is the durability
 		FormatMajorVersion: pebble.FormatNewest,
 		Merger:             listMerger,
 		Logger:             pebbleLogger{p.opts.Logger},
+		// Each checkpoint uploads the whole MANIFEST: rotate it early (Pebble
+		// still waits until the edits outnumber the live files).
+		MaxManifestFileSize: 1 << 20,
 	}
 }
 

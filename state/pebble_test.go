@@ -197,7 +197,7 @@ func TestPebbleAgainstMemory(t *testing.T) {
 	t.Logf("seed %d (replay with STATE_SEED=%d)", seed, seed)
 	for run := range 2 {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
-			pebbleRandomRun(t, rand.New(rand.NewPCG(seed, uint64(run))), 1500)
+			pebbleRandomRun(t, rand.New(rand.NewPCG(seed, uint64(run))), 1000)
 		})
 	}
 }
@@ -404,7 +404,7 @@ func TestPebbleIncremental(t *testing.T) {
 	st := newFakeStorage()
 	p := openTestPebble(t, smallPebble)
 	v := mustValue(t, p, "v")
-	const n = 4000
+	const n = 2000
 	fillValues(t, v, 0, n, 200, "one")
 	// Settle the LSM the way a long-running store is: most data in the
 	// bottom level, where small increments do not touch it.
@@ -755,5 +755,72 @@ func TestPebbleOpenAndClose(t *testing.T) {
 	}
 	if _, err := b.Snapshot(2); !errors.Is(err, ErrClosed) {
 		t.Errorf("Snapshot after Close: %v", err)
+	}
+}
+
+// TestPebbleLargerThanMemory keeps 16 times the memtable and the block cache
+// in state, checkpoints it with writes going on, restores it on a fresh
+// directory and reads every key back.
+func TestPebbleLargerThanMemory(t *testing.T) {
+	ctx := context.Background()
+	st, err := checkpoint.NewFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := PebbleOptions{MemTableSize: 1 << 20, CacheSize: 1 << 20}
+	p := openTestPebble(t, opts)
+	v := mustValue(t, p, "v")
+	const n, size = 32 << 10, 512 // 16 MiB of values
+	fillValues(t, v, 0, n/2, size, "a")
+	s1, err := p.Snapshot(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fillValues(t, v, n/2, n, size, "a")
+	h1, err := s1.Upload(ctx, st, "chk-1/op/", "shared/op/")
+	s1.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := p.Snapshot(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2, err := s2.Upload(ctx, st, "chk-2/op/", "shared/op/")
+	s2.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h2.Size < n*size || h2.Incremental >= h2.Size {
+		t.Errorf("checkpoint 2: size %d, incremental %d; wrote %d bytes", h2.Size, h2.Incremental, n*size)
+	}
+	t.Logf("checkpoint 1: %d bytes in %d files; checkpoint 2: %d bytes in %d files, %d uploaded",
+		h1.Size, len(h1.Files), h2.Size, len(h2.Files), h2.Incremental)
+
+	q, err := OpenPebble(t.TempDir(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	qv := mustValue(t, q, "v")
+	if err := q.Restore(ctx, st, h2); err != nil {
+		t.Fatal(err)
+	}
+	var r *rand.Rand // as fillValues drew them
+	want := make([]byte, size)
+	for i := range n {
+		if i == 0 {
+			r = rand.New(rand.NewPCG(0, n/2))
+		} else if i == n/2 {
+			r = rand.New(rand.NewPCG(n/2, n))
+		}
+		for j := range want {
+			want[j] = byte(r.Uint32())
+		}
+		copy(want, fmt.Sprintf("a-%d-", i))
+		got, ok, err := qv.Get(k(i))
+		if err != nil || !ok || !bytes.Equal(got, want) {
+			t.Fatalf("key %d after restore: ok %v, err %v, equal %v", i, ok, err, bytes.Equal(got, want))
+		}
 	}
 }

@@ -1,0 +1,126 @@
+package state
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// BenchmarkPebbleCheckpoint fills a Pebble backend with the given state
+// (1 KiB incompressible values), then runs checkpoint cycles: update 1% of
+// the keys at random, Snapshot (the pause), Upload to file storage, Release.
+// One op is one cycle. It reports the Snapshot pause (p50, p99), the bytes
+// each checkpoint uploaded against the full size, and the time to restore the
+// last checkpoint onto an empty directory.
+//
+//	go test ./state/ -run '^$' -bench PebbleCheckpoint -benchtime 20x
+func BenchmarkPebbleCheckpoint(b *testing.B) {
+	for _, mb := range []int{64, 256, 1024} {
+		b.Run(fmt.Sprintf("state=%dMB", mb), func(b *testing.B) { benchCheckpoint(b, mb<<20) })
+	}
+}
+
+func benchCheckpoint(b *testing.B, size int) {
+	ctx := context.Background()
+	const valSize = 1 << 10
+	keys := size / valSize
+	st, err := checkpoint.NewFile(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := OpenPebble(b.TempDir(), PebbleOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	v := mustValue(b, p, "v")
+	r := rand.New(rand.NewPCG(1, uint64(size)))
+	val := make([]byte, valSize)
+	key := make([]byte, 8)
+	put := func(i int) {
+		binary.BigEndian.PutUint64(key, uint64(i)*0x9E3779B97F4A7C15) // scattered
+		for j := 0; j < valSize; j += 8 {
+			binary.LittleEndian.PutUint64(val[j:], r.Uint64())
+		}
+		if err := v.Put(key, val); err != nil {
+			b.Fatal(err)
+		}
+	}
+	start := time.Now()
+	for i := range keys {
+		put(i)
+	}
+	fill := time.Since(start)
+	var id checkpoint.ID
+	cycle := func() (*PebbleSnapshot, checkpoint.StateHandle) {
+		id++
+		s, err := p.Snapshot(id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		dir := fmt.Sprintf("chk-%d/op/", id)
+		h, err := s.Upload(ctx, st, dir, "shared/op/")
+		s.Release()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return s.(*PebbleSnapshot), h
+	}
+	s, first := cycle() // the full upload
+	firstPause := s.Pause()
+	b.Logf("filled %d MB in %v; first checkpoint: pause %v, %d files, %.1f MB",
+		size>>20, fill.Round(time.Millisecond), firstPause.Round(time.Microsecond), len(first.Files), float64(first.Size)/(1<<20))
+
+	var pauses, flushes []time.Duration
+	var uploaded, total, mutable int64
+	var last checkpoint.StateHandle
+	for b.Loop() {
+		for range keys / 100 {
+			put(r.IntN(keys))
+		}
+		s, h := cycle()
+		pauses = append(pauses, s.Pause())
+		flushes = append(flushes, s.FlushTime())
+		uploaded += h.Incremental
+		total += h.Size
+		for _, f := range h.Files {
+			if !f.Shared {
+				mutable += f.Size
+			}
+		}
+		last = h
+	}
+	b.StopTimer()
+	slices.Sort(pauses)
+	slices.Sort(flushes)
+	pct := func(d []time.Duration, q float64) float64 {
+		return float64(d[int(q*float64(len(d)-1))].Microseconds()) / 1000
+	}
+	n := float64(len(pauses))
+	b.ReportMetric(pct(pauses, 0.5), "pause-p50-ms")
+	b.ReportMetric(pct(pauses, 0.99), "pause-p99-ms")
+	b.ReportMetric(pct(flushes, 0.5), "flush-p50-ms")
+	b.ReportMetric(pct(flushes, 0.99), "flush-p99-ms")
+	b.ReportMetric(float64(uploaded)/n/(1<<20), "upload-MB/ckpt")
+	b.ReportMetric(float64(total)/n/(1<<20), "size-MB")
+	b.ReportMetric(100*float64(uploaded)/float64(total), "upload-%")
+	b.ReportMetric(float64(mutable)/n/(1<<10), "mutable-KB/ckpt")
+
+	q, err := OpenPebble(b.TempDir(), PebbleOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer q.Close()
+	mustValue(b, q, "v")
+	start = time.Now()
+	if err := q.Restore(ctx, st, last); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(time.Since(start).Seconds(), "restore-s")
+}

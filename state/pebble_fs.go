@@ -1,0 +1,43 @@
+package state
+
+import (
+	"github.com/cockroachdb/pebble/v2/vfs"
+)
+
+// noSyncFS is the local filesystem without fsync. The local DB is never the
+// truth (there is no WAL, and a new backend discards what an earlier one left
+// on disk: state comes back from checkpoint storage only), so durability of
+// local files buys nothing, while every fsync of a flush, a compaction or a
+// checkpoint lengthens the snapshot pause on a busy disk.
+type noSyncFS struct{ vfs.FS }
+
+func (fs noSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return noSync(fs.FS.Create(name, c))
+}
+
+func (fs noSyncFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	return noSync(fs.FS.OpenReadWrite(name, c, opts...))
+}
+
+func (fs noSyncFS) OpenDir(name string) (vfs.File, error) {
+	return noSync(fs.FS.OpenDir(name))
+}
+
+func (fs noSyncFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	return noSync(fs.FS.ReuseForWrite(oldname, newname, c))
+}
+
+func (fs noSyncFS) Unwrap() vfs.FS { return fs.FS }
+
+func noSync(f vfs.File, err error) (vfs.File, error) {
+	if err != nil {
+		return nil, err
+	}
+	return noSyncFile{f}, nil
+}
+
+type noSyncFile struct{ vfs.File }
+
+func (noSyncFile) Sync() error                { return nil }
+func (noSyncFile) SyncData() error            { return nil }
+func (noSyncFile) SyncTo(int64) (bool, error) { return true, nil }
