@@ -92,6 +92,12 @@ func isShared(name string) bool {
 // reference the object already uploaded. Mutable files go to dir + name.
 // The handle lists every file of the snapshot with Local its name in the DB
 // directory; Incremental counts the bytes this call uploaded.
+//
+// The store remembers an uploaded shared file whether or not the checkpoint
+// that uploaded it completes, and later checkpoints reference it. So
+// retention must not delete a shared object merely because no manifest
+// references it yet: delete what deleted manifests referenced and no
+// retained one does (orphans of a dead store instance may go too).
 func (s *PebbleSnapshot) Upload(ctx context.Context, st checkpoint.Storage, dir, shared string) (checkpoint.StateHandle, error) {
 	s.mu.Lock()
 	released := s.released
