@@ -1,8 +1,7 @@
 // Package state keeps the keyed state of operators: typed handles (Value,
 // List, Map) scoped to the current key, processing-time timers, and the
 // backends that store them (memory, copy-on-write; Pebble, incremental) and
-// snapshot them into
-// checkpoint storage.
+// snapshot them into checkpoint storage.
 //
 // A Backend belongs to one keyed operator of one task and is used from one
 // goroutine: the one that runs that operator. Duties of the caller: declare
