@@ -148,7 +148,7 @@ func txnTimeoutScenario(t *testing.T, partitions int32, armAt int64) {
 	// B derives the lost output again and goes on; the output must be
 	// exactly-once.
 	total := s.gen.Stop()
-	wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
+	wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
 	err := s.out.WaitFor(wctx, func(_, distinct int) bool { return int64(distinct) >= total })
 	wcancel()
 	if err != nil {

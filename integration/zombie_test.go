@@ -88,7 +88,7 @@ func TestZombie(t *testing.T) {
 	}
 
 	total := gen.Stop()
-	wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
+	wctx, wcancel := context.WithTimeout(ctx, 90*time.Second)
 	err := out.WaitFor(wctx, func(_, distinct int) bool { return int64(distinct) >= total })
 	wcancel()
 	if err != nil {

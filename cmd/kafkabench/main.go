@@ -1,0 +1,65 @@
+// Command kafkabench measures weir against plain franz-go on a real Kafka
+// broker, in one run (see internal/kafkabench):
+//
+//	kafkabench --brokers $(WEIR_KAFKA_DIR=/tmp/weir-kafka-bench scripts/kafka start)
+//
+// It prints (a) a plain read_committed consume -> produce passthrough's
+// records/s, (b) weir's exactly-once count job's records/s until its output
+// is visible, their ratio, and (c) produce-to-visible latency percentiles of
+// both at a fixed rate. Topics are created on the broker with a random
+// suffix and left there: use a scratch broker. Exit status 1 on any error.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/weirstream/weir/internal/kafkabench"
+)
+
+func main() {
+	var (
+		cfg     kafkabench.Config
+		brokers string
+		verbose bool
+	)
+	flag.StringVar(&brokers, "brokers", os.Getenv("KAFKA_BROKERS"), "Kafka bootstrap addresses, comma-separated (default $KAFKA_BROKERS)")
+	flag.Int64Var(&cfg.Records, "records", 1_000_000, "input records for the throughput runs")
+	var partitions int
+	flag.IntVar(&partitions, "partitions", 4, "partitions of every topic (= weir tasks)")
+	flag.IntVar(&cfg.Keys, "keys", 10_000, "distinct record keys")
+	flag.DurationVar(&cfg.Interval, "interval", time.Second, "weir's checkpoint interval")
+	flag.IntVar(&cfg.LatencyRate, "latency-rate", 20_000, "records per second of the latency runs")
+	flag.DurationVar(&cfg.LatencyDuration, "latency-duration", 20*time.Second, "length of each latency run")
+	flag.BoolVar(&verbose, "v", false, "log weir's info messages too (its warnings and errors are always logged)")
+	flag.Parse()
+	if brokers == "" || flag.NArg() > 0 {
+		fmt.Fprintln(os.Stderr, "usage: kafkabench --brokers host:port [flags]")
+		flag.PrintDefaults()
+		os.Exit(2)
+	}
+	cfg.Brokers = strings.Split(brokers, ",")
+	cfg.Partitions = int32(partitions)
+	level := slog.LevelWarn
+	if verbose {
+		level = slog.LevelInfo
+	}
+	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg.JobLog = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	res, err := kafkabench.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "kafkabench: %v\n", err)
+		os.Exit(1)
+	}
+	res.WriteTable(os.Stdout)
+}
