@@ -252,3 +252,34 @@ func TestRunRejectsBadConfigNamingTheSetting(t *testing.T) {
 		}
 	}
 }
+
+type failures struct {
+	runtime.NopObserver
+	n          atomic.Int64
+	restarting atomic.Bool
+}
+
+func (f *failures) TaskFailed(_ string, _ int, _ error, restarting bool) {
+	f.n.Add(1)
+	f.restarting.Store(restarting)
+}
+
+// TestSupersededTaskStops: a worker that finds a checkpoint of a newer owner
+// (a higher fencing epoch) stops the task for good instead of restarting it
+// and fencing the new owner's transactions.
+func TestSupersededTaskStops(t *testing.T) {
+	st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
+	plan := countJob(t, 1000, 10, 1, nil, stream.DiscardSink[update]())
+	// The new owner (epoch 100) runs the job once and checkpoints it.
+	if err := runtime.Run(t.Context(), plan, runtime.Config{Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Epoch: 100}); err != nil {
+		t.Fatal(err)
+	}
+	obs := &failures{}
+	err := runtime.Run(t.Context(), plan, runtime.Config{Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Epoch: 7, Observer: obs, RestartBackoff: time.Millisecond})
+	if !errors.Is(err, runtime.ErrSuperseded) {
+		t.Fatalf("zombie worker: want ErrSuperseded, got %v", err)
+	}
+	if obs.n.Load() != 1 || obs.restarting.Load() {
+		t.Fatalf("zombie task failed %d times (restarting %v), want once and not restarted", obs.n.Load(), obs.restarting.Load())
+	}
+}

@@ -9,6 +9,12 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 )
 
+// ErrSuperseded stops a task for good: a checkpoint of the task carries a
+// newer fencing epoch than this owner's, so another worker owns the task now
+// and this one is a zombie. Restarting it would fence the new owner's
+// transactions and take the task back.
+var ErrSuperseded = errors.New("task superseded by a newer owner")
+
 // ErrNoValidCheckpoint fails a task whose every checkpoint lost output: it
 // cannot restore without skipping that output, and it never does so silently.
 var ErrNoValidCheckpoint = errors.New("no valid checkpoint")
@@ -36,12 +42,17 @@ func committables(m checkpoint.Manifest) []checkpoint.Committable {
 // highest checkpoint id seen, so that new ids continue after it. The rules,
 // newest manifest first:
 //   - an unreadable manifest is skipped;
-//   - a manifest written by a zombie (a lower fencing epoch than an older
-//     manifest's: its owner had already been replaced) is skipped;
+//   - a manifest with a newer epoch than this owner's means a newer owner
+//     has the task: ErrSuperseded, and the task is not restarted;
 //   - a manifest with a lost committable is not valid: walk back. Walking
 //     back past it re-derives its output, which is only right if none of its
 //     transactions was committed; if one was, the task fails loudly;
 //   - if no manifest is valid, the task fails loudly with what was lost.
+//
+// A zombie's manifest is not skipped for its epoch: it is a consistent cut
+// like any other, and the validity rule discards it when the new owner fenced
+// its transactions. Skipping one whose transactions did commit would write
+// their output a second time.
 func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 	ids, highest, err := checkpoint.ListCheckpoints(ctx, t.storage, t.job, t.id)
 	if err != nil {
@@ -62,20 +73,16 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 		}
 		return highest, nil
 	}
-	// olderMax[i] is the highest epoch of the manifests before ms[i].
-	olderMax := make([]int64, len(ms))
-	for i := 1; i < len(ms); i++ {
-		olderMax[i] = max(olderMax[i-1], ms[i-1].Epoch)
+	for _, m := range ms {
+		if m.Epoch > t.cfg.Epoch {
+			return 0, fmt.Errorf("%w: checkpoint %d of task %d has epoch %d, this worker's is %d", ErrSuperseded, m.Checkpoint, t.id, m.Epoch, t.cfg.Epoch)
+		}
 	}
 
 	rejected := map[txnKey]CommitOutcome{}
 	var lost []string
 	for i := len(ms) - 1; i >= 0; i-- {
 		m := ms[i]
-		if i > 0 && m.Epoch < olderMax[i] {
-			t.log.Warn("skipping a zombie's manifest", "checkpoint", m.Checkpoint, "epoch", m.Epoch, "newer_owner_epoch", olderMax[i])
-			continue
-		}
 		cs := committables(m)
 		outcomes, err := t.checkCommittables(ctx, cs)
 		if err != nil {

@@ -21,6 +21,8 @@ func TestRestoreWalkBack(t *testing.T) {
 		outcome map[string]CommitOutcome
 		want    checkpoint.ID // restored checkpoint; 0 with wantErr
 		wantErr string
+		// superseded: the error is ErrSuperseded, not ErrNoValidCheckpoint.
+		superseded bool
 	}{
 		{name: "newest valid", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
 			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitResumable}, want: 2},
@@ -32,8 +34,11 @@ func TestRestoreWalkBack(t *testing.T) {
 			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitDone, "c": CommitLost}, wantErr: "partly committed"},
 		{name: "every checkpoint lost", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
 			outcome: map[string]CommitOutcome{"a": CommitLost, "b": CommitLost}, wantErr: "checkpoint 1 lost a"},
-		{name: "zombie manifest skipped", ms: []man{{5, nil}, {9, []string{"b"}}, {5, []string{"z"}}},
-			outcome: map[string]CommitOutcome{"b": CommitResumable, "z": CommitResumable}, want: 2},
+		{name: "fenced zombie manifest discarded", ms: []man{{5, nil}, {9, []string{"b"}}, {5, []string{"z"}}},
+			outcome: map[string]CommitOutcome{"b": CommitDone, "z": CommitLost}, want: 2},
+		{name: "committed zombie manifest is a valid cut", ms: []man{{5, nil}, {9, []string{"b"}}, {5, []string{"z"}}},
+			outcome: map[string]CommitOutcome{"b": CommitDone, "z": CommitDone}, want: 3},
+		{name: "newer owner", ms: []man{{5, nil}, {11, nil}}, wantErr: "epoch 11", superseded: true},
 		{name: "unreadable newest skipped", ms: []man{{1, nil}, {1, nil}}, corrupt: 2, want: 1},
 		{name: "no checkpoint", want: 0},
 	}
@@ -59,7 +64,7 @@ func TestRestoreWalkBack(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			cfg := &Config{CheckCommittables: func(_ context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
+			cfg := &Config{Epoch: 10, CheckCommittables: func(_ context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
 				out := make([]CommitOutcome, len(cs))
 				for i, c := range cs {
 					out[i] = tc.outcome[c.TransactionalID]
@@ -72,8 +77,12 @@ func TestRestoreWalkBack(t *testing.T) {
 			tk := &task{job: "j", storage: st, cfg: cfg, log: cfg.Logger}
 			_, err := tk.restore(ctx)
 			if tc.wantErr != "" {
-				if !errors.Is(err, ErrNoValidCheckpoint) || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("want ErrNoValidCheckpoint with %q, got %v", tc.wantErr, err)
+				want := ErrNoValidCheckpoint
+				if tc.superseded {
+					want = ErrSuperseded
+				}
+				if !errors.Is(err, want) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("want %v with %q, got %v", want, tc.wantErr, err)
 				}
 				return
 			}

@@ -50,8 +50,11 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, id int) error {
 			failures, backoff = 0, cfg.RestartBackoff
 		}
 		failures++
-		restarting := cfg.MaxRestarts < 0 || failures <= cfg.MaxRestarts
+		restarting := (cfg.MaxRestarts < 0 || failures <= cfg.MaxRestarts) && !errors.Is(err, ErrSuperseded)
 		cfg.Observer.TaskFailed(plan.Name(), id, err, restarting)
+		if errors.Is(err, ErrSuperseded) {
+			return fmt.Errorf("task %d: %w", id, err)
+		}
 		if !restarting {
 			return fmt.Errorf("task %d failed %d times in a row, giving up: %w", id, failures, err)
 		}
