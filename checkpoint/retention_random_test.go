@@ -443,6 +443,7 @@ func runRetainModel(seed uint64, steps int, eager bool) (m *retainModel, err err
 }
 
 func TestRetainerRandomised(t *testing.T) {
+	t.Parallel() // one of the slow ones: they overlap
 	seed := rand.Uint64()
 	seeds := *retainSeeds
 	if testing.Short() {

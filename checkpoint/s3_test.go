@@ -135,6 +135,7 @@ func startProxy(t *testing.T, upstream string, opts faultproxy.Options) *faultpr
 }
 
 func TestS3MultipartRoundTrip(t *testing.T) {
+	t.Parallel() // one of the slow ones: they overlap
 	ctx := context.Background()
 	b := testcluster.S3(t)
 	log := &requestLog{}
@@ -286,6 +287,7 @@ func TestS3GetResumesAfterBrokenBody(t *testing.T) {
 }
 
 func TestS3Retries(t *testing.T) {
+	t.Parallel() // one of the slow ones: they overlap
 	ctx := context.Background()
 	b := testcluster.S3(t)
 	for _, f := range []faultproxy.Fault{faultproxy.Error500, faultproxy.Reset, faultproxy.ResetAfter, faultproxy.Stall} {
