@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/weirstream/weir/internal/faultproxy"
 	"github.com/weirstream/weir/internal/testcluster"
@@ -440,4 +441,27 @@ func randomBytes(seed byte, n int) []byte {
 	b := make([]byte, n)
 	rand.NewChaCha8([32]byte{seed}).Read(b)
 	return b
+}
+
+func TestS3PutFromFailingReaderLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	b := testcluster.S3(t)
+	st := newTestS3(t, b, b.Endpoint, b.Prefix, func(o *S3Options) { o.PartSize = MinS3PartSize })
+	for _, size := range []int{10, MinS3PartSize + 10} { // one PUT; multipart
+		failing := io.MultiReader(bytes.NewReader(make([]byte, size)), errReader{errors.New("disk on fire")})
+		if err := st.Put(ctx, "f", failing); err == nil || !strings.Contains(err.Error(), "disk on fire") {
+			t.Fatalf("Put of %d bytes from a failing reader: %v", size, err)
+		}
+		if names, err := st.List(ctx, ""); err != nil || len(names) != 0 {
+			t.Fatalf("after a failed Put of %d bytes: List = %q, %v", size, names, err)
+		}
+	}
+	// No multipart upload was left behind either.
+	out, err := st.Client().ListMultipartUploads(ctx, &s3.ListMultipartUploadsInput{Bucket: aws.String(b.Name), Prefix: aws.String(b.Prefix)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Uploads) != 0 {
+		t.Fatalf("%d multipart uploads left open", len(out.Uploads))
+	}
 }
