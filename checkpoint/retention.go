@@ -67,13 +67,16 @@ type RetainOptions struct {
 // has every checkpoint between k and p reference f too.
 //
 //   - Rule 2a: f was in a manifest m below oldest and is in no retained
-//     manifest, so it left the store before newest's snapshot (m < newest,
-//     same interval), and no later checkpoint can hold it.
+//     manifest, newest included: the store that wrote newest never had f
+//     (another instance's file it did not restore) or dropped it before
+//     newest's snapshot, so no later checkpoint of that store holds it.
 //   - Rule 2b: f was listed by the previous call before that call listed
 //     the checkpoints and saw newest' < newest. So newest completed after f
 //     was uploaded; the checkpoint k that uploaded f precedes newest (one
 //     checkpoint in flight per store), and any p after newest that reuses f
-//     has newest reference f, which it does not. Listing the shared files
+//     has newest reference f, which it does not. (k cannot be p or
+//     another checkpoint whose snapshot is younger than newest's: those
+//     snapshots were taken after newest completed.) Listing the shared files
 //     before the checkpoints is what makes "listed" mean "uploaded before
 //     newest completed".
 //
@@ -89,7 +92,9 @@ type RetainOptions struct {
 //     task's current owner (the one that completed it), and not from a
 //     zombie: a fenced owner's manifests still count as completed here.
 //   - One store instance has one checkpoint in flight at a time: it takes
-//     the snapshot of checkpoint n+1 after n completed or failed.
+//     the snapshot of checkpoint n+1 only after n completed or was given up
+//     (the uploads of a given-up checkpoint may still be running; that is
+//     fine, its snapshot is older).
 //   - A manifest references every immutable (shared) file of its snapshot,
 //     also those reused from earlier checkpoints; a shared file is
 //     referenced only while the store holds it; shared names are unique
