@@ -44,6 +44,10 @@ type Config struct {
 	Storage checkpoint.Storage
 	// Checkpoint sets interval, timeout, min pause and tolerable failures.
 	Checkpoint checkpoint.Config
+	// Retained is how many completed checkpoints of each task to keep
+	// (default 3); older ones and the files only they reference are
+	// deleted after each completed checkpoint. Negative keeps everything.
+	Retained int
 	// Mode is ExactlyOnce by default.
 	Mode Mode
 	// StateBackend opens keyed state; default: the memory backend.
@@ -137,6 +141,9 @@ func (c *Config) Validate(job string) error {
 	}
 	if c.MaxRestartBackoff == 0 {
 		c.MaxRestartBackoff = 30 * time.Second
+	}
+	if c.Retained == 0 {
+		c.Retained = checkpoint.DefaultRetained
 	}
 	if c.MaxRestarts == 0 {
 		c.MaxRestarts = 10

@@ -283,3 +283,30 @@ func TestSupersededTaskStops(t *testing.T) {
 		t.Fatalf("zombie task failed %d times (restarting %v), want once and not restarted", obs.n.Load(), obs.restarting.Load())
 	}
 }
+
+// TestRetentionKeepsNewestCheckpoints: after a run with many checkpoints,
+// storage holds only the newest Retained of them.
+func TestRetentionKeepsNewestCheckpoints(t *testing.T) {
+	st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
+	plan := countJob(t, 200_000, 10, 1, nil, stream.DiscardSink[update]())
+	err := runtime.Run(t.Context(), plan, runtime.Config{
+		Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Retained: 2,
+		Checkpoint: checkpoint.Config{Interval: time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, highest, err := checkpoint.ListCheckpoints(t.Context(), st, "count", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if highest < 3 {
+		t.Skipf("only %d checkpoints ran: too few to see retention", highest)
+	}
+	// The clean-up after the final checkpoint may be cut short when the task
+	// ends, so one more than Retained may remain.
+	t.Logf("%d checkpoints taken, %v left", highest, ids)
+	if len(ids) > 3 || ids[len(ids)-1] != highest {
+		t.Fatalf("checkpoints left %v (highest %d), want the newest 2 or 3", ids, highest)
+	}
+}

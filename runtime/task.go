@@ -43,6 +43,9 @@ type task struct {
 
 	driver  *checkpoint.Driver
 	uploads sync.WaitGroup
+	// retain asks the retention goroutine to clean up after a completed
+	// checkpoint; requests made while it works coalesce into one.
+	retain chan struct{}
 
 	mu          sync.Mutex
 	liveSources int
@@ -164,6 +167,27 @@ func (t *task) NotifyComplete(id checkpoint.ID) {
 			r.mail.post(mail{kind: mailFinish})
 		}
 	}
+	select {
+	case t.retain <- struct{}{}:
+	default:
+	}
+}
+
+// retention deletes what no retained checkpoint needs, after each completed
+// checkpoint. Its failures are logged, never fatal: the next call finishes
+// the work.
+func (t *task) retention(ctx context.Context) error {
+	r := checkpoint.NewRetainer(t.storage, t.job, t.id, checkpoint.RetainOptions{Retained: t.cfg.Retained, Logger: t.log})
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.retain:
+		}
+		if _, err := r.Retain(ctx); err != nil && ctx.Err() == nil {
+			t.log.Warn("checkpoint retention failed; the next checkpoint retries", "err", err)
+		}
+	}
 }
 
 // NotifyAborted implements checkpoint.Executor.
@@ -248,6 +272,10 @@ func (t *task) run(ctx context.Context) (err error) {
 
 	dctx, stopDriver := context.WithCancel(gctx)
 	defer stopDriver()
+	if t.cfg.Retained > 0 {
+		t.retain = make(chan struct{}, 1)
+		g.Go(func() error { return t.retention(dctx) })
+	}
 	g.Go(func() error { return t.driver.Run(dctx) })
 	var live sync.WaitGroup
 	for _, r := range t.roots {
