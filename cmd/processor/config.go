@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/sink"
 	"github.com/weirstream/weir/source"
 )
@@ -40,7 +41,11 @@ type Config struct {
 	// Tasks are the task indexes (= input partitions) this worker runs.
 	// Default: every partition of Input.
 	Tasks []int
-	// Checkpoints is the checkpoint storage: file:///path or memory.
+	// Checkpoints is the checkpoint storage: file:///path,
+	// s3://bucket/prefix (settings in the query, see checkpoint.Open and
+	// checkpoint.S3OptionsFromURI; credentials from the AWS SDK's default
+	// chain; AWS_ENDPOINT_URL_S3 and AWS_REGION as the SDK reads them), or
+	// memory (lives only as long as the process: tests and trials).
 	// Default file://$TMPDIR/weir-checkpoints.
 	Checkpoints string
 	// Interval, CheckpointTimeout, MinPause and TolerableFailures drive
@@ -49,6 +54,17 @@ type Config struct {
 	CheckpointTimeout time.Duration
 	MinPause          time.Duration
 	TolerableFailures int
+	// StateBackend keeps keyed state: pebble (default; one Pebble store per
+	// task and operator under StateDir, incremental snapshots) or memory
+	// (Go maps, a full snapshot every checkpoint: tests and small state).
+	StateBackend string
+	// StateMemtableSize bounds a Pebble store's memtable, in bytes: every
+	// checkpoint flushes it, so it bounds the checkpoint's synchronous pause
+	// too. Default 64 MiB. Pebble only.
+	StateMemtableSize int64
+	// StateCacheSize is the block cache shared by the worker's Pebble
+	// stores, in bytes. Default 64 MiB. Pebble only.
+	StateCacheSize int64
 	// StateDir holds local state. Default: $TMPDIR/weir-state/<name>.
 	StateDir string
 	// Delivery is the sink's guarantee: exactly-once (default),
@@ -96,6 +112,9 @@ func DefaultConfig() Config {
 		Interval:          time.Second,
 		CheckpointTimeout: time.Minute,
 		TolerableFailures: 3,
+		StateBackend:      stateBackendPebble,
+		StateMemtableSize: 64 << 20,
+		StateCacheSize:    64 << 20,
 		Delivery:          string(sink.ExactlyOnce),
 		TxnTimeout:        60 * time.Second,
 		RestartAllowance:  30 * time.Second,
@@ -107,6 +126,15 @@ func DefaultConfig() Config {
 
 // jobs are the jobs the worker knows.
 var jobs = []string{"count", "balance"}
+
+// State backends of --state-backend.
+const (
+	stateBackendPebble = "pebble"
+	stateBackendMemory = "memory"
+)
+
+// maxMemtableSize is Pebble's limit (state.PebbleOptions refuses 4 GiB).
+const maxMemtableSize = 4<<30 - 1
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
@@ -142,8 +170,20 @@ func (c *Config) Validate() error {
 		}
 		seen[t] = true
 	}
-	if !strings.HasPrefix(c.Checkpoints, "file://") && c.Checkpoints != "memory" && c.Checkpoints != "memory://" {
-		bad("checkpoints", "%q, want file:///path or memory", c.Checkpoints)
+	if err := checkCheckpointsURI(c.Checkpoints); err != nil {
+		bad("checkpoints", "%v", err)
+	}
+	switch c.StateBackend {
+	case stateBackendPebble:
+		if c.StateMemtableSize <= 0 || c.StateMemtableSize > maxMemtableSize {
+			bad("state-memtable-size", "%d, want more than 0 and less than 4GiB", c.StateMemtableSize)
+		}
+		if c.StateCacheSize <= 0 {
+			bad("state-cache-size", "%d, want more than 0", c.StateCacheSize)
+		}
+	case stateBackendMemory:
+	default:
+		bad("state-backend", "%q, want pebble or memory", c.StateBackend)
 	}
 	if c.Interval <= 0 {
 		bad("interval", "must be > 0, got %v", c.Interval)
@@ -255,6 +295,25 @@ func (c *Config) start() (source.Start, time.Time, error) {
 		return "", time.Time{}, fmt.Errorf("%q, want earliest, latest or an RFC 3339 time (2006-01-02T15:04:05Z)", c.Start)
 	}
 	return source.StartTimestamp, ts, nil
+}
+
+// checkCheckpointsURI checks a checkpoint storage URI without opening it
+// (checkpoint.Open does, and an S3 one asks the bucket).
+func checkCheckpointsURI(uri string) error {
+	switch {
+	case uri == "memory" || uri == "memory://":
+		return nil
+	case strings.HasPrefix(uri, "file://"):
+		if strings.TrimPrefix(uri, "file://") == "" {
+			return fmt.Errorf("%q: file:// needs a path, as in file:///var/lib/weir/checkpoints", uri)
+		}
+		return nil
+	case strings.HasPrefix(uri, "s3://"):
+		// The parser's errors quote the URI already.
+		_, err := checkpoint.S3OptionsFromURI(uri)
+		return err
+	}
+	return fmt.Errorf("%q, want file:///path, s3://bucket/prefix or memory", uri)
 }
 
 func checkBrokers(brokers []string) []error {
@@ -374,6 +433,64 @@ func (l intsFlag) Set(s string) error {
 	return nil
 }
 
+// bytesFlag is a size in bytes: a plain integer or one with a binary unit
+// (64MiB, 64M, 512KiB, 1G).
+type bytesFlag struct{ v *int64 }
+
+func (b bytesFlag) String() string {
+	if b.v == nil {
+		return ""
+	}
+	n := *b.v
+	for _, u := range []struct {
+		unit string
+		size int64
+	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+		if n != 0 && n%u.size == 0 {
+			return strconv.FormatInt(n/u.size, 10) + u.unit
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+func (b bytesFlag) Set(s string) error {
+	n, err := parseBytes(s)
+	if err != nil {
+		return err
+	}
+	*b.v = n
+	return nil
+}
+
+func parseBytes(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	i := strings.IndexFunc(t, func(r rune) bool { return r < '0' || r > '9' })
+	digits, unit := t, ""
+	if i >= 0 {
+		digits, unit = t[:i], strings.TrimSpace(t[i:])
+	}
+	if digits == "" {
+		return 0, fmt.Errorf("%q is not a size, want e.g. 67108864, 64MiB or 64M", s)
+	}
+	mult := int64(1)
+	switch strings.ToLower(unit) {
+	case "", "b":
+	case "k", "kib":
+		mult = 1 << 10
+	case "m", "mib":
+		mult = 1 << 20
+	case "g", "gib":
+		mult = 1 << 30
+	default:
+		return 0, fmt.Errorf("%q: unknown unit %q, want bytes or K, M, G, KiB, MiB, GiB", s, unit)
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	if err != nil || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size, want e.g. 67108864, 64MiB or 64M", s)
+	}
+	return n * mult, nil
+}
+
 // flags binds c's fields to fs; the values in c are the defaults.
 func (c *Config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Job, "job", c.Job, "job to run: "+strings.Join(jobs, " or "))
@@ -382,12 +499,15 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
 	fs.StringVar(&c.Output, "output", c.Output, "output topic (required)")
 	fs.Var(intsFlag{&c.Tasks}, "tasks", "tasks (input partitions) to run, comma-separated (default: all partitions of --input)")
-	fs.StringVar(&c.Checkpoints, "checkpoints", c.Checkpoints, "checkpoint storage: file:///path or memory")
+	fs.StringVar(&c.Checkpoints, "checkpoints", c.Checkpoints, "checkpoint storage: file:///path, s3://bucket/prefix[?region=R&endpoint=URL&path_style=true] (credentials, AWS_REGION and AWS_ENDPOINT_URL_S3 as the AWS SDK reads them) or memory (tests)")
 	fs.DurationVar(&c.Interval, "interval", c.Interval, "checkpoint interval")
 	fs.DurationVar(&c.CheckpointTimeout, "checkpoint-timeout", c.CheckpointTimeout, "abort a checkpoint not complete within this")
 	fs.DurationVar(&c.MinPause, "min-pause", c.MinPause, "least time between the end of one checkpoint and the next")
 	fs.IntVar(&c.TolerableFailures, "tolerable-failures", c.TolerableFailures, "consecutive failed checkpoints tolerated before the task fails")
-	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "local state directory (default: $TMPDIR/weir-state/<name>)")
+	fs.StringVar(&c.StateBackend, "state-backend", c.StateBackend, "keyed state: pebble (local Pebble stores, incremental checkpoints) or memory (full checkpoints; tests, small state)")
+	fs.Var(bytesFlag{&c.StateMemtableSize}, "state-memtable-size", "Pebble memtable size per store, bytes or with K, M, G, KiB, MiB, GiB (binary); bounds the checkpoint pause")
+	fs.Var(bytesFlag{&c.StateCacheSize}, "state-cache-size", "Pebble block cache shared by the worker's stores (bytes, or with K, M, G, KiB, MiB, GiB)")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "local state directory, a cache of the checkpoints (default: $TMPDIR/weir-state/<name>)")
 	fs.StringVar(&c.Delivery, "delivery", c.Delivery, "sink guarantee: exactly-once, at-least-once or none")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "transactional ids per task (exactly-once; at least tolerable failures + 3; default: that)")
 	fs.DurationVar(&c.TxnTimeout, "txn-timeout", c.TxnTimeout, "sink transaction timeout (exactly-once; > interval × (tolerable failures + 1) + restart allowance)")

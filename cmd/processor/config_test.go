@@ -48,7 +48,16 @@ func TestValidateNamesTheBadSetting(t *testing.T) {
 		{"no brokers", func(c *Config) { c.Brokers = nil }, []string{"--brokers: required"}},
 		{"bad broker", func(c *Config) { c.Brokers = []string{"localhost"} }, []string{`--brokers: "localhost" is not host:port`}},
 		{"tasks", func(c *Config) { c.Tasks = []int{0, -1, 0} }, []string{"--tasks: -1 is negative", "--tasks: 0 listed twice"}},
-		{"checkpoints", func(c *Config) { c.Checkpoints = "s4://x" }, []string{`--checkpoints: "s4://x"`}},
+		{"checkpoints", func(c *Config) { c.Checkpoints = "s4://x" }, []string{`--checkpoints: "s4://x", want file:///path, s3://bucket/prefix or memory`}},
+		{"checkpoints file without path", func(c *Config) { c.Checkpoints = "file://" }, []string{`--checkpoints: "file://": file:// needs a path`}},
+		{"checkpoints s3 without bucket", func(c *Config) { c.Checkpoints = "s3:///prefix" }, []string{`--checkpoints: checkpoint storage "s3:///prefix": s3:// needs a bucket`}},
+		{"checkpoints s3 setting", func(c *Config) { c.Checkpoints = "s3://b/p?regoin=eu-west-1" }, []string{`--checkpoints: checkpoint storage "s3://b/p?regoin=eu-west-1": unknown setting "regoin"`}},
+		{"checkpoints s3 endpoint", func(c *Config) { c.Checkpoints = "s3://b/p?endpoint=minio:9000" }, []string{`--checkpoints: checkpoint storage "s3://b/p?endpoint=minio:9000": endpoint "minio:9000"`}},
+		{"checkpoints s3 credentials", func(c *Config) { c.Checkpoints = "s3://key:secret@b/p" }, []string{"--checkpoints: ", "put credentials in the environment"}},
+		{"state backend", func(c *Config) { c.StateBackend = "rocksdb" }, []string{`--state-backend: "rocksdb", want pebble or memory`}},
+		{"memtable size", func(c *Config) { c.StateMemtableSize = 0 }, []string{"--state-memtable-size: 0, want more than 0 and less than 4GiB"}},
+		{"memtable too big", func(c *Config) { c.StateMemtableSize = 4 << 30 }, []string{"--state-memtable-size: 4294967296"}},
+		{"cache size", func(c *Config) { c.StateCacheSize = -1 }, []string{"--state-cache-size: -1, want more than 0"}},
 		{"delivery", func(c *Config) { c.Delivery = "twice" }, []string{`--delivery: "twice"`}},
 		{"pool size", func(c *Config) { c.PoolSize = 4 }, []string{"--pool-size: sink pool size 4 is too small", "--tolerable-failures"}},
 		{"txn timeout", func(c *Config) { c.TxnTimeout = 20 * time.Second }, []string{
@@ -77,6 +86,53 @@ func TestValidateNamesTheBadSetting(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestValidateAcceptsStorageAndBackends(t *testing.T) {
+	for _, tc := range []struct {
+		checkpoints, backend string
+	}{
+		{"s3://weir-checkpoints/", "pebble"},
+		{"s3://bucket/some/prefix?region=eu-west-1&endpoint=http://127.0.0.1:9000&path_style=true", "pebble"},
+		{"file:///var/lib/weir/checkpoints", "memory"},
+		{"memory", "memory"},
+	} {
+		c := validConfig()
+		c.Checkpoints, c.StateBackend = tc.checkpoints, tc.backend
+		if err := c.Validate(); err != nil {
+			t.Errorf("--checkpoints %s --state-backend %s: %v", tc.checkpoints, tc.backend, err)
+		}
+	}
+	// Pebble's sizes do not matter to the memory backend.
+	c := validConfig()
+	c.StateBackend, c.StateMemtableSize, c.StateCacheSize = "memory", 0, 0
+	if err := c.Validate(); err != nil {
+		t.Error(err)
+	}
+	if d := DefaultConfig(); d.StateBackend != "pebble" {
+		t.Errorf("default state backend %q, want pebble", d.StateBackend)
+	}
+}
+
+func TestParseBytes(t *testing.T) {
+	for in, want := range map[string]int64{
+		"0": 0, "4096": 4096, "64MiB": 64 << 20, "64M": 64 << 20, "64m": 64 << 20, "512KiB": 512 << 10,
+		"512k": 512 << 10, "1GiB": 1 << 30, "1 G": 1 << 30, "7B": 7,
+	} {
+		if got, err := parseBytes(in); err != nil || got != want {
+			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "MiB", "64MB", "1.5GiB", "-1", "64 bytes", "99999999999999999999"} {
+		if got, err := parseBytes(in); err == nil {
+			t.Errorf("parseBytes(%q) = %d, want an error", in, got)
+		}
+	}
+	for n, want := range map[int64]string{64 << 20: "64MiB", 1 << 30: "1GiB", 3 << 10: "3KiB", 1000: "1000", 0: "0"} {
+		if got := (bytesFlag{&n}).String(); got != want {
+			t.Errorf("bytesFlag(%d) = %q, want %q", n, got, want)
+		}
 	}
 }
 
@@ -109,7 +165,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		[]string{"--input", "numbers", "--interval", "250ms", "--tasks", "0,2", "--brokers", "a:1,b:2"},
 		env("WEIR_OUTPUT", "counts", "WEIR_INTERVAL", "5s", "WEIR_TOLERABLE_FAILURES", "1",
 			"WEIR_CHECKPOINT_TIMEOUT", "30s", "WEIR_ON_DECODE_ERROR", "dead-letter", "WEIR_DEAD_LETTER", "dlq",
-			"WEIR_EPOCH", "42", "WEIR_START", "latest"),
+			"WEIR_EPOCH", "42", "WEIR_START", "latest", "WEIR_STATE_BACKEND", "memory", "WEIR_STATE_MEMTABLE_SIZE", "8MiB",
+			"WEIR_STATE_CACHE_SIZE", "1048576", "WEIR_CHECKPOINTS", "s3://ckpt/weir?region=eu-west-1"),
 		&stderr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
@@ -122,6 +179,10 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 	if c.TolerableFailures != 1 || c.CheckpointTimeout != 30*time.Second || c.Epoch != 42 || c.Start != "latest" {
 		t.Errorf("environment not applied: %+v", c)
+	}
+	if c.StateBackend != "memory" || c.StateMemtableSize != 8<<20 || c.StateCacheSize != 1<<20 || c.Checkpoints != "s3://ckpt/weir?region=eu-west-1" {
+		t.Errorf("state settings from the environment: backend %q memtable %d cache %d checkpoints %q",
+			c.StateBackend, c.StateMemtableSize, c.StateCacheSize, c.Checkpoints)
 	}
 	if c.OnDecodeError != "dead-letter" || c.DeadLetter != "dlq" {
 		t.Errorf("dead letter settings: %q %q", c.OnDecodeError, c.DeadLetter)
@@ -146,6 +207,8 @@ func TestFlagErrors(t *testing.T) {
 		{"unknown flag", []string{"--inptu", "a"}, nil, "flag provided but not defined: -inptu"},
 		{"stray argument", []string{"--input", "a", "--output", "b", "extra"}, nil, "unexpected arguments: extra"},
 		{"invalid setting", []string{"--input", "a", "--output", "b"}, []string{"WEIR_INTERVAL", "0s"}, "--interval: must be > 0"},
+		{"bad size", []string{"--input", "a", "--output", "b", "--state-cache-size", "lots"}, nil, `"lots" is not a size`},
+		{"bad size from env", []string{"--input", "a", "--output", "b"}, []string{"WEIR_STATE_MEMTABLE_SIZE", "64MB"}, `WEIR_STATE_MEMTABLE_SIZE="64MB" (--state-memtable-size): "64MB": unknown unit "MB"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
@@ -172,6 +235,12 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"run", "-h"}, 0, "WEIR_SOME_FLAG"},
 		{[]string{"run", "--input", "a", "--output", "b", "--interval", "0s"}, 2, "--interval: must be > 0"},
 		{[]string{"run", "--input", "a", "--output", "b", "--txn-timeout", "10s"}, 2, "--txn-timeout: sink transaction timeout 10s is too short"},
+		{[]string{"run", "--input", "a", "--output", "b", "--state-backend", "rocksdb"}, 2, `--state-backend: "rocksdb", want pebble or memory`},
+		{[]string{"run", "--input", "a", "--output", "b", "--checkpoints", "gs://bucket"}, 2, `--checkpoints: "gs://bucket"`},
+		{[]string{"run", "-h"}, 0, "-state-backend"},
+		{[]string{"checkpoints"}, 2, "want a subcommand: list or inspect"},
+		{[]string{"checkpoints", "list", "-h"}, 0, "-checkpoints"},
+		{[]string{"help"}, 0, "checkpoints list|inspect"},
 		{[]string{"generate", "--records", "-1"}, 2, "--topic: required"},
 		{[]string{"verify", "--input", "a"}, 2, "--output: required"},
 		{[]string{"demo", "--crash-at", "1.5"}, 2, "--crash-at: must be between 0 and 1"},

@@ -31,8 +31,9 @@ type demoConfig struct {
 	// CrashAt is the share of the input read when the job crashes.
 	CrashAt float64
 	Timeout time.Duration
-	// Dir holds checkpoints and state; default a temporary directory,
-	// removed at the end.
+	// Dir holds the local state (Pebble stores); default a temporary
+	// directory, removed at the end. Checkpoints go to an in-process S3
+	// server and vanish with it.
 	Dir string
 	// Verbose logs the runtime's info lines to stderr.
 	Verbose bool
@@ -74,7 +75,7 @@ func (c *demoConfig) Validate() error {
 
 func demoCommand(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
 	c := defaultDemoConfig()
-	fs := newFlagSet("demo", "Run the balance example on an embedded Kafka (kfake): produce transfers, run the job\nwith exactly-once output, crash it midway, restore, and verify the committed output.", stderr)
+	fs := newFlagSet("demo", "Run the balance example on an embedded Kafka (kfake), with Pebble state checkpointed\nincrementally to an embedded S3 server (gofakes3 over HTTP): produce transfers, run the job\nwith exactly-once output, crash it midway, restore, and verify the committed output.", stderr)
 	fs.Int64Var(&c.Records, "records", c.Records, "transfers to produce")
 	fs.IntVar(&c.Accounts, "accounts", c.Accounts, "accounts")
 	fs.IntVar(&c.Partitions, "partitions", c.Partitions, "partitions of the topics = tasks")
@@ -82,7 +83,7 @@ func demoCommand(ctx context.Context, args []string, lookup func(string) (string
 	fs.DurationVar(&c.Produce, "produce", c.Produce, "time over which the transfers are produced (0: all at once)")
 	fs.Float64Var(&c.CrashAt, "crash-at", c.CrashAt, "crash once this share of the input was read")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "give up after this")
-	fs.StringVar(&c.Dir, "dir", c.Dir, "directory for checkpoints and state (default: a temporary one, removed)")
+	fs.StringVar(&c.Dir, "dir", c.Dir, "directory for local state (default: a temporary one, removed)")
 	fs.BoolVar(&c.Verbose, "v", c.Verbose, "log the runtime's info lines to stderr")
 	if err := parseFlags(fs, args, lookup); err != nil {
 		return err
@@ -164,7 +165,14 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 	cfg := DefaultConfig()
 	cfg.Job, cfg.Name = demoJob, demoJob
 	cfg.Brokers, cfg.Input, cfg.Output = brokers, demoInput, demoOutput
-	cfg.Checkpoints = "file://" + filepath.Join(dir, "checkpoints")
+	s3, err := startDemoS3(ctx)
+	if err != nil {
+		return res, err
+	}
+	defer s3.close()
+	p("embedded S3 (gofakes3) at %s; checkpoints to bucket %s under %s/", s3.endpoint, demoBucket, demoPrefix)
+	cfg.Checkpoints = s3.uri
+	cfg.StateBackend = stateBackendPebble
 	cfg.StateDir = filepath.Join(dir, "state")
 	cfg.Interval, cfg.CheckpointTimeout = c.Interval, 10*time.Second
 	if err := cfg.Validate(); err != nil {
@@ -174,7 +182,8 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 	st := &recordStats{}
 	start := func(epoch int64) (context.CancelFunc, <-chan error) {
 		cfg.Epoch = epoch
-		w := &worker{cfg: cfg, log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})), stats: st, extra: obs}
+		w := &worker{cfg: cfg, log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})), stats: st, extra: obs,
+			storage: s3.storage}
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- w.run(rctx) }()
@@ -182,7 +191,8 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 	}
 
 	epoch := time.Now().UnixNano()
-	p("starting job %q: %d tasks, exactly-once Kafka sink, checkpoints every %v to %s (epoch %d)", demoJob, c.Partitions, c.Interval, cfg.Checkpoints, epoch)
+	p("starting job %q: %d tasks, Pebble state, exactly-once Kafka sink, checkpoints every %v to s3://%s/%s/ (epoch %d)",
+		demoJob, c.Partitions, c.Interval, demoBucket, demoPrefix, epoch)
 	stop, done := start(epoch)
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -227,10 +237,7 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 		return res, fmt.Errorf("demo: first run: %w", err)
 	}
 	readBefore := st.in.Load()
-	storage, err := checkpoint.Open(ctx, cfg.Checkpoints)
-	if err != nil {
-		return res, err
-	}
+	storage := s3.storage
 	res.Restored = map[int]checkpoint.ID{}
 	var checkpointed int64
 	for task := range c.Partitions {
@@ -250,7 +257,9 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 			}
 		}
 		checkpointed += pos
-		p("task %d: latest checkpoint %d at input offset %d, %d pending transactions", task, m.Checkpoint, pos, len(committablesOf(m)))
+		full, incr := stateSizes(m)
+		p("task %d: latest checkpoint %d at input offset %d, state %s (%s of it new), %d pending transactions",
+			task, m.Checkpoint, pos, byteSize(full), byteSize(incr), len(committablesOf(m)))
 	}
 	epoch = time.Now().UnixNano()
 	p("restarting (epoch %d): each task restores its checkpoint, commits its pending transactions, fences the", epoch)
@@ -350,9 +359,10 @@ func tail(ctx context.Context, brokers []string, topic string, n *atomic.Int64) 
 }
 
 type demoCheckpoint struct {
-	task     int
-	duration time.Duration
-	size     int64
+	task        int
+	duration    time.Duration
+	size        int64
+	incremental int64
 }
 
 // demoObserver prints one line per checkpoint id once every task completed
@@ -398,22 +408,24 @@ func (o *demoObserver) CheckpointCompleted(_ string, task int, m checkpoint.Mani
 		}
 	}
 	o.pos[task] = pos
-	cs := append(o.pending[m.Checkpoint], demoCheckpoint{task: task, duration: d, size: manifestSize(m)})
+	full, incr := stateSizes(m)
+	cs := append(o.pending[m.Checkpoint], demoCheckpoint{task: task, duration: d, size: full, incremental: incr})
 	o.pending[m.Checkpoint] = cs
 	if len(cs) == o.tasks {
 		delete(o.pending, m.Checkpoint)
-		var size int64
+		var size, uploaded int64
 		var slowest time.Duration
 		for _, c := range cs {
 			size += c.size
+			uploaded += c.incremental
 			slowest = max(slowest, c.duration)
 		}
 		var in int64
 		for _, v := range o.pos {
 			in += v
 		}
-		o.p("checkpoint %3d complete on %d/%d tasks: %4dms, state %s, input checkpointed %d/%d",
-			m.Checkpoint, len(cs), o.tasks, slowest.Milliseconds(), byteSize(size), in, o.total)
+		o.p("checkpoint %3d complete on %d/%d tasks: %4dms, state %s full, %s incremental, input checkpointed %d/%d",
+			m.Checkpoint, len(cs), o.tasks, slowest.Milliseconds(), byteSize(size), byteSize(uploaded), in, o.total)
 	}
 	o.notify()
 }

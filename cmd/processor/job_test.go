@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
+	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -53,8 +56,53 @@ func waitCommitted(t *testing.T, ctx context.Context, brokers []string, topic st
 // TestCountJobExactlyOnce runs the count job as `processor run` would, on
 // two partitions with two tasks, through a stop and a restart with a new
 // epoch; a bad record goes to the dead-letter topic. The committed output
-// must hold every input record's effect exactly once.
+// must hold every input record's effect exactly once, with each state
+// backend, on file:// and on S3 checkpoints. `checkpoints list` and
+// `inspect` then read what the runs left.
 func TestCountJobExactlyOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		backend string
+		s3      bool
+	}{
+		{"pebble state, file checkpoints", "pebble", false},
+		{"memory state, file checkpoints", "memory", false},
+		{"pebble state, s3 checkpoints", "pebble", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var environ []string
+			uri := "file://" + t.TempDir()
+			if tc.s3 {
+				uri = s3Checkpoints(t)
+			}
+			if tc.backend != "pebble" { // pebble is the default
+				environ = append(environ, "WEIR_STATE_BACKEND", tc.backend)
+			}
+			environ = append(environ, "WEIR_CHECKPOINTS", uri)
+			cfg := runCountJob(t, env(environ...))
+			checkCheckpointsCLI(t, cfg, tc.backend)
+		})
+	}
+}
+
+// s3Checkpoints points the AWS SDK at a test bucket the way docker-compose.yml
+// configures the worker (AWS_ENDPOINT_URL_S3, AWS_REGION and credentials in
+// the environment) and returns the s3:// URI of the test's prefix.
+func s3Checkpoints(t *testing.T) string {
+	b := testcluster.S3(t)
+	t.Setenv("AWS_ENDPOINT_URL_S3", b.Endpoint)
+	t.Setenv("AWS_REGION", b.Region)
+	if b.AccessKey != "" {
+		t.Setenv("AWS_ACCESS_KEY_ID", b.AccessKey)
+		t.Setenv("AWS_SECRET_ACCESS_KEY", b.SecretKey)
+	}
+	return "s3://" + b.Name + "/" + strings.TrimSuffix(b.Prefix, "/")
+}
+
+// runCountJob runs the count job twice over 5001 records (one undecodable)
+// with the settings in environ plus the test's topics, and checks the
+// verdict. It returns the configuration of the runs.
+func runCountJob(t *testing.T, environ func(string) (string, bool)) Config {
 	ctx := testCtx(t, 2*time.Minute)
 	c := testcluster.Kafka(t)
 	in, out, dlq := testcluster.UniqueName(t, "in"), testcluster.UniqueName(t, "out"), testcluster.UniqueName(t, "dlq")
@@ -69,15 +117,14 @@ func TestCountJobExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cfg := DefaultConfig()
-	cfg.Name = testcluster.UniqueName(t, "count")
-	cfg.Brokers, cfg.Input, cfg.Output, cfg.DeadLetter = c.Brokers, in, out, dlq
-	cfg.Checkpoints = "file://" + t.TempDir()
-	cfg.StateDir = t.TempDir()
-	cfg.Interval, cfg.CheckpointTimeout = 50*time.Millisecond, 30*time.Second
-	cfg.TxnTimeout = 40 * time.Second
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
+	var stderr strings.Builder
+	cfg, err := parseRunConfig([]string{
+		"--name", testcluster.UniqueName(t, "count"), "--brokers", strings.Join(c.Brokers, ","),
+		"--input", in, "--output", out, "--dead-letter", dlq, "--state-dir", t.TempDir(),
+		"--interval", "50ms", "--checkpoint-timeout", "30s", "--txn-timeout", "40s",
+	}, environ, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	runUntil := func(epoch int64, committed int) {
 		t.Helper()
@@ -128,17 +175,87 @@ func TestCountJobExactlyOnce(t *testing.T) {
 	if lagged != 5001 {
 		t.Errorf("group %s has committed offsets summing to %d, want 5001: %v", lagGroup(&cfg), lagged, offsets)
 	}
+	return cfg
+}
 
-	// Both runs checkpointed every task.
-	storage, err := checkpoint.Open(ctx, cfg.Checkpoints)
+// checkCheckpointsCLI reads the checkpoints a count job run left with
+// `checkpoints list` and `inspect`, as text and as JSON.
+func checkCheckpointsCLI(t *testing.T, cfg Config, backend string) {
+	t.Helper()
+	storage, err := checkpoint.Open(t.Context(), cfg.Checkpoints)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for task := range 2 {
-		ids, _, err := checkpoint.ListCheckpoints(ctx, storage, cfg.Name, task)
-		if err != nil || len(ids) == 0 {
-			t.Fatalf("task %d: checkpoints %v, %v", task, ids, err)
+	code, out, stderr := runCLI(t, env(), "checkpoints", "list", "--checkpoints", cfg.Checkpoints, "--name", cfg.Name, "--json")
+	if code != 0 {
+		t.Fatalf("checkpoints list: exit code %d\n%s", code, stderr)
+	}
+	var rows []checkpointSummary
+	if err := json.Unmarshal([]byte(out), &rows); err != nil {
+		t.Fatalf("checkpoints list --json: %v\n%s", err, out)
+	}
+	newest := map[int]checkpointSummary{}
+	count := map[int]int{}
+	for _, r := range rows {
+		count[r.Task]++
+		if r.Size <= 0 || r.Incremental <= 0 || r.Incremental > r.Size || len(r.Sources) != 1 || r.Sources[0].Topic != cfg.Input {
+			t.Errorf("task %d checkpoint %d: size %d, incremental %d, sources %v", r.Task, r.Checkpoint, r.Size, r.Incremental, r.Sources)
 		}
+		if r.Newest {
+			if _, dup := newest[r.Task]; dup {
+				t.Errorf("task %d: two newest checkpoints", r.Task)
+			}
+			newest[r.Task] = r
+		}
+	}
+	var read int64
+	for task := range 2 {
+		ids, _, err := checkpoint.ListCheckpoints(t.Context(), storage, cfg.Name, task)
+		if err != nil || len(ids) == 0 || count[task] != len(ids) {
+			t.Fatalf("task %d: list shows %d checkpoints, storage holds %v (%v)", task, count[task], ids, err)
+		}
+		n, ok := newest[task]
+		if !ok || n.Checkpoint != ids[len(ids)-1] {
+			t.Fatalf("task %d: newest %+v, want checkpoint %d", task, n, ids[len(ids)-1])
+		}
+		read += n.Sources[0].Offset
+
+		code, out, stderr := runCLI(t, env(), "checkpoints", "inspect", "--checkpoints", cfg.Checkpoints, "--name", cfg.Name,
+			"--task", strconv.Itoa(task), "--id", strconv.FormatUint(uint64(n.Checkpoint), 10), "--json")
+		if code != 0 {
+			t.Fatalf("checkpoints inspect: exit code %d\n%s", code, stderr)
+		}
+		var got checkpoint.Manifest
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			t.Fatalf("checkpoints inspect --json: %v\n%s", err, out)
+		}
+		want, err := checkpoint.ReadManifest(t.Context(), storage, cfg.Name, task, n.Checkpoint)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("inspect --json of task %d checkpoint %d:\n got %+v\nwant %+v", task, n.Checkpoint, got, want)
+		}
+		for _, a := range got.Operators {
+			if a.State != nil && a.State.Backend != backend {
+				t.Errorf("operator %s: state backend %q, want %q", a.Operator, a.State.Backend, backend)
+			}
+		}
+	}
+	if read != 5001 {
+		t.Errorf("the newest checkpoints' positions sum to %d, want all 5001 records read", read)
+	}
+
+	// The text forms, for the log and a look at their shape.
+	code, out, stderr = runCLI(t, env(), "checkpoints", "list", "--checkpoints", cfg.Checkpoints, "--name", cfg.Name)
+	t.Log("checkpoints list:\n" + out)
+	if code != 0 || !strings.Contains(out, "TASK  ID") || !strings.Contains(out, cfg.Input+"/1@") {
+		t.Errorf("checkpoints list: exit code %d\n%s%s", code, out, stderr)
+	}
+	code, out, stderr = runCLI(t, env(), "checkpoints", "inspect", "--checkpoints", cfg.Checkpoints, "--name", cfg.Name, "--task", "1", "--id", "latest")
+	t.Log("checkpoints inspect:\n" + out)
+	if code != 0 || !strings.Contains(out, backend+" backend") || !strings.Contains(out, "(the newest of") {
+		t.Errorf("checkpoints inspect: exit code %d\n%s%s", code, out, stderr)
 	}
 }
 
@@ -185,7 +302,8 @@ func TestDemo(t *testing.T) {
 	if v := res.Verdict; !v.Clean() || v.In != 6000 || v.Out != 6000 {
 		t.Fatalf("verdict: %v", v)
 	}
-	for _, want := range []string{"*** CRASH", "latest checkpoint", "restarting", "verdict: records in 6000, records out 6000, duplicates 0, missing 0, wrong balances 0", "EXACTLY ONCE"} {
+	for _, want := range []string{"embedded S3 (gofakes3) at http://127.0.0.1:", "Pebble state", "KiB full,", "incremental, input checkpointed",
+		"*** CRASH", "latest checkpoint", "restarting", "verdict: records in 6000, records out 6000, duplicates 0, missing 0, wrong balances 0", "EXACTLY ONCE"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("demo output lacks %q", want)
 		}

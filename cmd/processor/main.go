@@ -3,12 +3,16 @@
 //	processor run       run tasks of a job (count or balance) on Kafka
 //	processor generate  write numbered test records (count) or transfers (balance) to a topic
 //	processor verify    check that a job's committed output has every input exactly once
+//	processor checkpoints list|inspect
+//	                    show the checkpoints of a job in checkpoint storage
 //	processor demo      all of the above on an embedded Kafka, with a crash and a restore
 //
 // Every flag can also be set from the environment: --some-flag as
 // WEIR_SOME_FLAG; the command line wins. Exit codes: 0 done (run: stopped by
 // SIGTERM or SIGINT), 1 failed (verify: the output is not exactly once), 2
-// bad command line or settings (the message names the setting).
+// bad command line or settings (the message names the setting); checkpoints:
+// 1 for a checkpoint or task that is not there or a manifest that cannot be
+// read.
 package main
 
 import (
@@ -28,6 +32,9 @@ commands:
   run       run tasks of a job on Kafka (count or balance)
   generate  write test records to a topic
   verify    read input and output read_committed and check exactly-once
+  checkpoints list|inspect
+            show a job's completed checkpoints (sizes, positions, pending transactions)
+            or one checkpoint's manifest
   demo      run the balance job on an embedded Kafka, crash it midway, restore, verify
 
 processor <command> -h lists the command's flags. Every flag can also be set
@@ -58,6 +65,8 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 		err = generateCommand(ctx, rest, lookup, stdout, stderr)
 	case "verify":
 		err = verifyCommand(ctx, rest, lookup, stdout, stderr)
+	case "checkpoints":
+		err = checkpointsCommand(ctx, rest, lookup, stdout, stderr)
 	case "demo":
 		err = demoCommand(ctx, rest, lookup, stdout, stderr)
 	case "help", "-h", "-help", "--help":

@@ -20,6 +20,7 @@ import (
 	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/sink"
 	"github.com/weirstream/weir/source"
+	"github.com/weirstream/weir/state"
 )
 
 // worker runs one job with one configuration. The zero values of log,
@@ -135,9 +136,10 @@ func (w *worker) run(ctx context.Context) error {
 			MinPause:          c.MinPause,
 			TolerableFailures: c.TolerableFailures,
 		},
-		Mode:     runtime.ExactlyOnce,
-		StateDir: c.StateDir,
-		Epoch:    c.Epoch,
+		Mode:         runtime.ExactlyOnce,
+		StateBackend: stateBackend(c, log),
+		StateDir:     c.StateDir,
+		Epoch:        c.Epoch,
 		// The restart backoff must fit in the time CheckTimeout allowed
 		// for a restart, with room for the restore itself.
 		MaxRestartBackoff: max(c.RestartAllowance/2, 100*time.Millisecond),
@@ -150,13 +152,27 @@ func (w *worker) run(ctx context.Context) error {
 		rc.CheckCommittables = checkCommittables(c.Brokers)
 	}
 	log.Info("starting", "job", c.Job, "name", c.name(), "input", c.Input, "output", c.Output,
-		"tasks", tasks, "partitions", parts, "checkpoints", c.Checkpoints, "delivery", c.delivery(), "epoch", c.Epoch)
+		"tasks", tasks, "partitions", parts, "checkpoints", c.Checkpoints, "state_backend", c.StateBackend,
+		"delivery", c.delivery(), "epoch", c.Epoch)
 	err = runtime.Run(ctx, plan, rc)
 	if err != nil {
 		return fmt.Errorf("job %s: %w", c.name(), err)
 	}
 	log.Info("stopped", "records_in", w.stats.in.Load(), "records_out", w.stats.out.Load())
 	return nil
+}
+
+// stateBackend opens the keyed state c asks for. The Pebble stores of one
+// worker share one block cache.
+func stateBackend(c *Config, log *slog.Logger) state.Factory {
+	if c.StateBackend == stateBackendMemory {
+		return state.NewMemory(state.MemoryOptions{})
+	}
+	return state.NewPebble(state.PebbleOptions{
+		MemTableSize: c.StateMemtableSize,
+		CacheSize:    c.StateCacheSize,
+		Logger:       log.With("component", "pebble"),
+	})
 }
 
 // checkCommittables adapts sink.Check, the transaction coordinator's record

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// TestComposeWorkerSettings: the worker's environment in docker-compose.yml
+// is a valid `processor run` configuration, every WEIR_ variable in it names
+// a flag (an unknown one would be silently ignored), and its s3://
+// checkpoints find their endpoint where the compose file puts it.
+func TestComposeWorkerSettings(t *testing.T) {
+	raw, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Services map[string]struct {
+			Environment map[string]string `yaml:"environment"`
+		} `yaml:"services"`
+	}
+	if err := yaml.Unmarshal(raw, &f); err != nil {
+		t.Fatalf("parse docker-compose.yml: %v", err)
+	}
+	worker, ok := f.Services["worker"]
+	if !ok {
+		t.Fatal("docker-compose.yml has no worker service")
+	}
+	environ := worker.Environment
+
+	fs := newFlagSet("run", "", &strings.Builder{})
+	c := DefaultConfig()
+	c.flags(fs)
+	for k := range environ {
+		name, ok := strings.CutPrefix(k, "WEIR_")
+		if !ok {
+			continue
+		}
+		flag := strings.ToLower(strings.ReplaceAll(name, "_", "-"))
+		if fs.Lookup(flag) == nil {
+			t.Errorf("worker sets %s, but processor run has no --%s", k, flag)
+		}
+	}
+
+	var stderr strings.Builder
+	cfg, err := parseRunConfig(nil, func(k string) (string, bool) { v, ok := environ[k]; return v, ok }, &stderr)
+	if err != nil {
+		t.Fatalf("the worker's environment is not a valid configuration: %v\n%s", err, stderr.String())
+	}
+	if cfg.StateBackend != stateBackendPebble {
+		t.Errorf("worker's state backend %q, want pebble", cfg.StateBackend)
+	}
+	if !strings.HasPrefix(cfg.Checkpoints, "s3://") {
+		t.Fatalf("worker's checkpoints %q, want s3:// (MinIO)", cfg.Checkpoints)
+	}
+	// The endpoint comes from the URI or from AWS_ENDPOINT_URL_S3 (read by
+	// the SDK), which also turns on path-style addressing.
+	for k, v := range environ {
+		if strings.HasPrefix(k, "AWS_") {
+			t.Setenv(k, v)
+		}
+	}
+	t.Setenv("WEIR_S3_ENDPOINT", "")
+	opts, err := checkpoint.S3OptionsFromURI(cfg.Checkpoints)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if opts.Endpoint == "" && environ["AWS_ENDPOINT_URL_S3"] == "" && environ["AWS_ENDPOINT_URL"] == "" {
+		t.Error("no S3 endpoint: neither endpoint= in WEIR_CHECKPOINTS nor AWS_ENDPOINT_URL_S3")
+	}
+	if !opts.PathStyle {
+		t.Error("MinIO needs path-style addressing, and the worker's settings do not give it")
+	}
+	if environ["AWS_REGION"] == "" && opts.Region == "" {
+		t.Error("no region: set AWS_REGION or region= in WEIR_CHECKPOINTS")
+	}
+	if environ["AWS_ACCESS_KEY_ID"] == "" || environ["AWS_SECRET_ACCESS_KEY"] == "" {
+		t.Error("no credentials for the default chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+	}
+}
