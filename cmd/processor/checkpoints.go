@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,6 +129,13 @@ func checkpointsCommand(ctx context.Context, args []string, lookup func(string) 
 	}
 	if err := c.validate(inspect); err != nil {
 		return usageError{err}
+	}
+	// Reading must not create: checkpoint.Open makes a file:// root that
+	// does not exist, and a mistyped path would then just look empty.
+	if dir, ok := strings.CutPrefix(c.Checkpoints, "file://"); ok {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return usageError{fmt.Errorf("--checkpoints: %s is not a directory", dir)}
+		}
 	}
 	st, err := checkpoint.Open(ctx, c.Checkpoints)
 	if err != nil {

@@ -180,6 +180,7 @@ func TestCheckpointsErrors(t *testing.T) {
 		{"no name", []string{"list", "--checkpoints", uri}, 2, "--name: required"},
 		{"bad name", []string{"list", "--checkpoints", uri, "--name", "a/b"}, 2, `--name: "a/b"`},
 		{"memory storage", []string{"list", "--checkpoints", "memory", "--name", "jobx"}, 2, "--checkpoints: memory storage lives inside the process"},
+		{"no such directory", []string{"list", "--checkpoints", uri + "/nope", "--name", "jobx"}, 2, "--checkpoints: " + strings.TrimPrefix(uri, "file://") + "/nope is not a directory"},
 		{"bad storage", []string{"list", "--checkpoints", "s4://x", "--name", "jobx"}, 2, `--checkpoints: "s4://x", want file:///path, s3://bucket/prefix or memory`},
 		{"bad s3 setting", []string{"list", "--checkpoints", "s3://b/p?colour=red", "--name", "jobx"}, 2, `--checkpoints: checkpoint storage "s3://b/p?colour=red": unknown setting "colour"`},
 		{"negative task", []string{"list", "--checkpoints", uri, "--name", "jobx", "--task", "-2"}, 2, "--task: -2 is negative"},

@@ -266,19 +266,27 @@ func TestRunRefusesSettingsKafkaContradicts(t *testing.T) {
 	c := testcluster.Kafka(t)
 	in, out := testcluster.UniqueName(t, "in"), testcluster.UniqueName(t, "out")
 	c.CreateTopics(t, 2, in, out)
+	b := testcluster.S3(t)
+	if b.AccessKey != "" {
+		t.Setenv("AWS_ACCESS_KEY_ID", b.AccessKey)
+		t.Setenv("AWS_SECRET_ACCESS_KEY", b.SecretKey)
+	}
+	noBucket := "s3://" + testcluster.UniqueName(t, "no-bucket") + "/x?endpoint=" + b.Endpoint + "&region=" + b.Region
 	for _, tc := range []struct {
-		name  string
-		input string
-		tasks string
-		want  string
+		name        string
+		input       string
+		tasks       string
+		checkpoints string
+		want        string
 	}{
-		{"task without partition", in, "1,2", "--tasks: task 2 has no partition"},
-		{"no input topic", testcluster.UniqueName(t, "missing"), "", "--input: input topic"},
+		{"task without partition", in, "1,2", "memory", "--tasks: task 2 has no partition"},
+		{"no input topic", testcluster.UniqueName(t, "missing"), "", "memory", "--input: input topic"},
+		{"no bucket", in, "", noBucket, "--checkpoints: checkpoint storage " + strconv.Quote(noBucket)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr strings.Builder
 			code := run(ctx, []string{"run", "--brokers", strings.Join(c.Brokers, ","), "--input", tc.input, "--output", out,
-				"--tasks", tc.tasks, "--checkpoints", "memory"}, env(), io.Discard, &stderr)
+				"--tasks", tc.tasks, "--checkpoints", tc.checkpoints}, env(), io.Discard, &stderr)
 			if code != 2 || !strings.Contains(stderr.String(), tc.want) {
 				t.Fatalf("exit code %d, want 2 with %q; stderr:\n%s", code, tc.want, stderr.String())
 			}
