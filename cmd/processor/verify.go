@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/examples/balance"
+	"github.com/weirstream/weir/examples/count"
 )
 
 // verifyConfig is the configuration of `processor verify`.
@@ -156,7 +157,7 @@ func checkCount(in, out []*kgo.Record) Verdict {
 	want := map[string]int64{}
 	wantSum := map[string]int64{}
 	for _, r := range in {
-		x, err := decodeCount(r)
+		x, err := count.Decode(r)
 		if err != nil {
 			v.BadInput++
 			continue
@@ -165,9 +166,9 @@ func checkCount(in, out []*kgo.Record) Verdict {
 		wantSum[x.Key] += x.N
 	}
 	seen := map[string]map[int64]int{}
-	finalSum := map[string]countOut{}
+	finalSum := map[string]count.Out{}
 	for _, r := range out {
-		var o countOut
+		var o count.Out
 		if err := json.Unmarshal(r.Value, &o); err != nil || o.Key == "" {
 			v.Malformed++
 			continue

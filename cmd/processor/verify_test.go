@@ -7,6 +7,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/examples/balance"
+	"github.com/weirstream/weir/examples/count"
 )
 
 func countRecords(n int64, keys int) []*kgo.Record {
@@ -20,16 +21,16 @@ func countRecords(n int64, keys int) []*kgo.Record {
 
 // countOutput is what a correct count job emits for in.
 func countOutput(t *testing.T, in []*kgo.Record) []*kgo.Record {
-	count, sum := map[string]int64{}, map[string]int64{}
+	n, sum := map[string]int64{}, map[string]int64{}
 	var out []*kgo.Record
 	for _, r := range in {
-		x, err := decodeCount(r)
+		x, err := count.Decode(r)
 		if err != nil {
 			continue
 		}
-		count[x.Key]++
+		n[x.Key]++
 		sum[x.Key] += x.N
-		o, err := encodeCount(countOut{Key: x.Key, Count: count[x.Key], Sum: sum[x.Key]})
+		o, err := count.Encode(count.Out{Key: x.Key, Count: n[x.Key], Sum: sum[x.Key]})
 		if err != nil {
 			t.Fatal(err)
 		}

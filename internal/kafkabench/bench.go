@@ -18,6 +18,8 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/examples/count"
 )
 
 // Config says what to measure. Zero fields take the defaults in brackets.
@@ -379,7 +381,7 @@ func (b *bench) latency(ctx context.Context, weir bool) (Latency, error) {
 		// The c-th record of key k<j> is input (c-1)*keys + j: a key's
 		// records are in one partition, in the order they were produced.
 		inputOf = func(r *kgo.Record) (int64, error) {
-			var o countOut
+			var o count.Out
 			if err := json.Unmarshal(r.Value, &o); err != nil {
 				return 0, err
 			}

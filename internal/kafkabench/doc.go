@@ -10,9 +10,9 @@
 //   - end-to-end latency, produce to visible read_committed, at a fixed
 //     moderate rate, of both pipelines.
 //
-// The count job is the one `processor run --job count` runs (input key
-// "k<i%K>", value "<i>"; one output record {"key","count","sum"} per input
-// record), built here with the same public API so that it runs in process.
+// The count job is examples/count, the one `processor run --job count` runs
+// (input key "k<i%K>", value "<i>"; one output record {"key","count","sum"}
+// per input record), run here in process.
 //
 // cmd/kafkabench is the command; Run is everything it does. The caller
 // provides a broker it may create topics on; topics are named with a random

@@ -1,0 +1,103 @@
+package count
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/stream"
+)
+
+// In is one input record of the count job.
+type In struct {
+	Key string
+	N   int64
+}
+
+// Out is what the count job emits for each input record: Key's running
+// count and sum after that record.
+type Out struct {
+	Key   string `json:"key"`
+	Count int64  `json:"count"`
+	Sum   int64  `json:"sum"`
+}
+
+// Operator names. They identify state in checkpoints: renaming one loses its
+// state on the next restore.
+const (
+	SourceName  = "input"
+	KeyByName   = "by-key"
+	ProcessName = "count"
+	SinkName    = "output"
+)
+
+// Decode reads an input record: the Kafka record key, and its value as the
+// decimal text of an int64. A record without a key or with another value is
+// an error.
+func Decode(r *kgo.Record) (In, error) {
+	if len(r.Key) == 0 {
+		return In{}, errors.New("count: record has no key")
+	}
+	n, err := strconv.ParseInt(string(r.Value), 10, 64)
+	if err != nil {
+		return In{}, fmt.Errorf("count: value %q is not a decimal int64", r.Value)
+	}
+	return In{Key: string(r.Key), N: n}, nil
+}
+
+// Encode writes o as JSON, keyed by o.Key.
+func Encode(o Out) (*kgo.Record, error) {
+	v, err := json.Marshal(o)
+	if err != nil {
+		return nil, err
+	}
+	return &kgo.Record{Key: []byte(o.Key), Value: v}, nil
+}
+
+// Build adds the count graph to job: src -> KeyBy(record key) -> count ->
+// out. Keying by the Kafka record key keeps every key in the task of its
+// partition: no repartition.
+func Build(job *stream.Job, src runtime.SourceFactory[In], out runtime.SinkFactory[Out]) {
+	in := stream.Source(job, SourceName, src)
+	keyed := stream.KeyBy(in, KeyByName, func(r In) string { return r.Key }, state.String())
+	counts := stream.Process(keyed, ProcessName, newProcessor)
+	stream.Sink(counts, SinkName, out)
+}
+
+// newProcessor declares the keyed state (a count and a sum per key) once per
+// task; Process then runs with the state scoped to the record's key.
+func newProcessor(s *stream.Setup) (stream.Processor[string, In, Out], error) {
+	count, err := stream.ValueState(s, "count", state.Int64())
+	if err != nil {
+		return stream.Processor[string, In, Out]{}, err
+	}
+	sum, err := stream.ValueState(s, "sum", state.Int64())
+	if err != nil {
+		return stream.Processor[string, In, Out]{}, err
+	}
+	return stream.Processor[string, In, Out]{
+		Process: func(ctx *stream.Context[string, Out], r In) error {
+			c, _, err := count.Get()
+			if err != nil {
+				return err
+			}
+			s, _, err := sum.Get()
+			if err != nil {
+				return err
+			}
+			c, s = c+1, s+r.N
+			if err := count.Set(c); err != nil {
+				return err
+			}
+			if err := sum.Set(s); err != nil {
+				return err
+			}
+			return ctx.Emit(Out{Key: ctx.Key(), Count: c, Sum: s})
+		},
+	}, nil
+}
