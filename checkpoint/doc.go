@@ -2,7 +2,7 @@
 // nothing of Kafka or of operators: the checkpoint coordinator (a pure state
 // machine that takes events and returns actions), the driver that runs it,
 // the manifest that is the commit point of a checkpoint, and the storage that
-// holds manifests and state files (memory, file://, later s3://).
+// holds manifests and state files (memory, file://, s3://), and retention.
 //
 // The Coordinator decides; it has no goroutines, clocks or I/O. The Driver
 // runs one Coordinator per task on one goroutine: it ticks it on time, feeds
