@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +12,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/weirstream/weir/internal/testcluster"
 )
@@ -25,7 +30,8 @@ type countJob struct {
 	input       string
 	output      string
 	partitions  int32
-	checkpoints string // directory
+	checkpoints string // directory of the file:// storage
+	storage     string // --checkpoints; "file://" + checkpoints unless useS3
 	stateRoot   string
 	starts      int
 }
@@ -43,8 +49,22 @@ func newCountJob(t *testing.T, c *testcluster.Cluster, partitions int32) *countJ
 		checkpoints: t.TempDir(),
 		stateRoot:   t.TempDir(),
 	}
+	j.storage = "file://" + j.checkpoints
 	c.CreateTopics(t, partitions, j.input, j.output)
 	return j
+}
+
+// useS3 makes j's workers checkpoint to b (under b.Prefix) instead of the
+// file:// directory: the endpoint, region and path style go in the
+// s3:// URI, the credentials in the workers' environment, where the SDK's
+// default chain finds them (the test's own environment stays as it is).
+func (j *countJob) useS3(b *testcluster.Bucket) {
+	q := url.Values{"endpoint": {b.Endpoint}, "region": {b.Region}, "path_style": {"true"}}
+	j.storage = "s3://" + b.Name + "/" + strings.TrimSuffix(b.Prefix, "/") + "?" + q.Encode()
+	j.ps.env = append(j.ps.env, "AWS_REGION="+b.Region)
+	if b.AccessKey != "" {
+		j.ps.env = append(j.ps.env, "AWS_ACCESS_KEY_ID="+b.AccessKey, "AWS_SECRET_ACCESS_KEY="+b.SecretKey, "AWS_SESSION_TOKEN=")
+	}
 }
 
 // run starts `processor run` for tasks (e.g. "0,1") with a state directory
@@ -59,7 +79,7 @@ func (j *countJob) run(name, tasks string, flags ...string) *proc {
 		"--input", j.input,
 		"--output", j.output,
 		"--tasks", tasks,
-		"--checkpoints", "file://" + j.checkpoints,
+		"--checkpoints", j.storage,
 		"--state-dir", filepath.Join(j.stateRoot, strconv.Itoa(j.starts)),
 		"--delivery", "exactly-once",
 	}
@@ -119,8 +139,16 @@ func envInt(t *testing.T, key string, def int64) int64 {
 // SIGKILL and started again, at least minKills times; then they run until the
 // output holds a record for every input record, stop, and a read_committed
 // reader checks that every key's counts are exactly 1..n, each once, with
-// the right running sums.
+// the right running sums. It runs with file:// checkpoints and again with
+// Pebble state checkpointed to S3 (issue 6), where it also checks that the
+// manifests and the shared SSTs are in the bucket.
 func TestKillNine(t *testing.T) {
+	t.Run("file", func(t *testing.T) { testKillNine(t, nil) })
+	t.Run("pebble-s3", func(t *testing.T) { testKillNine(t, testcluster.S3(t)) })
+}
+
+// testKillNine runs the scenario, with checkpoints in b if b is not nil.
+func testKillNine(t *testing.T, b *testcluster.Bucket) {
 	c := testcluster.Kafka(t)
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
@@ -142,16 +170,27 @@ func TestKillNine(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
 	defer cancel()
 	j := newCountJob(t, c, 4)
+	storage := "file:// (" + j.checkpoints + ")"
+	flags := []string{"--interval", "500ms", "--tolerable-failures", "3", "--txn-timeout", "60s", "--pool-size", "6"}
+	if b != nil {
+		j.useS3(b)
+		storage = fmt.Sprintf("s3:// (%s at %s, bucket %s, prefix %s)", b.Provider, b.Endpoint, b.Name, b.Prefix)
+		flags = append(flags, "--state-backend", "pebble")
+	}
+	t.Logf("checkpoint storage: %s", storage)
 	out := startOutputReader(t, c, j.output, j.partitions)
 	gen := startGenerator(t, c, j.input, keys, records, rate)
 
-	flags := []string{"--interval", "500ms", "--tolerable-failures", "3", "--txn-timeout", "60s", "--pool-size", "6"}
 	type worker struct {
 		tasks string
 		p     *proc
 	}
 	workers := []*worker{{tasks: "0,1"}, {tasks: "2,3"}}
-	start := func(w *worker) { w.p = j.run("tasks-"+strings.ReplaceAll(w.tasks, ",", "-"), w.tasks, flags...) }
+	var all []*proc
+	start := func(w *worker) {
+		w.p = j.run("tasks-"+strings.ReplaceAll(w.tasks, ",", "-"), w.tasks, flags...)
+		all = append(all, w.p)
+	}
 	for _, w := range workers {
 		start(w)
 	}
@@ -201,14 +240,73 @@ func TestKillNine(t *testing.T) {
 	}
 	verifyOut, verifyOK := j.verify(ctx)
 	rep := j.finish(ctx, out, total)
-	t.Logf("records in %d, records out %d, kills %d, duplicates %d, missing %d, seed %d",
-		rep.In, rep.Out, kills, rep.Duplicates, rep.Missing, seed)
+	t.Logf("records in %d, records out %d, kills %d, duplicates %d, missing %d, seed %d, storage %s",
+		rep.In, rep.Out, kills, rep.Duplicates, rep.Missing, seed, storage)
 	t.Logf("processor verify: %s (ok %v)", verifyOut, verifyOK)
 	assertExactlyOnce(t, rep)
 	if clean := rep.Duplicates == 0 && rep.Missing == 0; verifyOK != clean {
 		t.Errorf("processor verify disagrees with the test's check (%v): %s", rep, verifyOut)
 	}
+	restores := 0 // tasks that started from a checkpoint
+	for _, p := range all {
+		for _, l := range p.Lines() {
+			if isMsg(msgRestoring, -1)(l) {
+				restores++
+			}
+		}
+	}
+	t.Logf("%d worker starts, %d task restores from a checkpoint", len(all), restores)
+	if b != nil {
+		if restores == 0 {
+			t.Errorf("no task restored from a checkpoint in S3: the kills tested nothing of S3")
+		}
+		checkS3Checkpoints(ctx, t, b, j)
+	}
 	if t.Failed() {
 		t.Logf("seed %d", seed)
+	}
+}
+
+// checkS3Checkpoints lists j's checkpoints in b and fails the test unless
+// every task has a manifest there and Pebble's SSTs are under shared/: the
+// workers did checkpoint to S3, not somewhere else.
+func checkS3Checkpoints(ctx context.Context, t *testing.T, b *testcluster.Bucket, j *countJob) {
+	t.Helper()
+	root := b.Prefix + j.name + "/"
+	manifests := map[int]int{} // task -> manifest.json objects
+	var ssts, objects int
+	var size int64
+	pages := s3.NewListObjectsV2Paginator(b.Client(t), &s3.ListObjectsV2Input{Bucket: aws.String(b.Name), Prefix: aws.String(root)})
+	for pages.HasMorePages() {
+		page, err := pages.NextPage(ctx)
+		if err != nil {
+			t.Fatalf("list s3://%s/%s: %v", b.Name, root, err)
+		}
+		for _, o := range page.Contents {
+			key := strings.TrimPrefix(aws.ToString(o.Key), root)
+			objects++
+			size += aws.ToInt64(o.Size)
+			if rest, ok := strings.CutPrefix(key, "tasks/"); ok && strings.HasSuffix(key, "/manifest.json") {
+				task, _, _ := strings.Cut(rest, "/")
+				n, err := strconv.Atoi(task)
+				if err != nil {
+					t.Errorf("manifest %s: task %q", key, task)
+					continue
+				}
+				manifests[n]++
+			}
+			if strings.HasPrefix(key, "shared/") && strings.HasSuffix(key, ".sst") {
+				ssts++
+			}
+		}
+	}
+	t.Logf("s3://%s/%s: %d objects, %d bytes; manifest.json per task %v; %d shared SSTs", b.Name, root, objects, size, manifests, ssts)
+	for task := range int(j.partitions) {
+		if manifests[task] == 0 {
+			t.Errorf("no manifest.json of task %d under s3://%s/%stasks/%d/", task, b.Name, root, task)
+		}
+	}
+	if ssts == 0 {
+		t.Errorf("no SST under s3://%s/%sshared/", b.Name, root)
 	}
 }

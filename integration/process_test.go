@@ -89,6 +89,7 @@ type procs struct {
 	bin    string
 	logDir string
 	n      int
+	env    []string // KEY=VALUE added to (and overriding) the test's environment
 }
 
 func newProcs(t *testing.T) *procs {
@@ -154,7 +155,7 @@ func (ps *procs) start(name string, args ...string) *proc {
 	}
 	cmd := exec.Command(ps.bin, args...)
 	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.Env = os.Environ()
+	cmd.Env = append(os.Environ(), ps.env...)
 	p := &proc{t: t, name: name, cmd: cmd, logPath: logPath, changed: make(chan struct{}), exited: make(chan struct{})}
 	fmt.Fprintf(logFile, "# %s %s\n", ps.bin, strings.Join(args, " "))
 	p.started = time.Now()
