@@ -68,6 +68,10 @@ type Config struct {
 	Logger      *slog.Logger
 	// Observer hears about barriers and checkpoints (metrics, status page).
 	Observer Observer
+	// Drain, when closed, stops the job gracefully: every task stops reading
+	// its sources, takes a final checkpoint, commits it, and Run returns nil.
+	// Cancelling Run's context instead stops at once, without a checkpoint.
+	Drain <-chan struct{}
 	// Now is the processing-time clock; default time.Now.
 	Now func() time.Time
 	// CheckCommittables, if set, asks the external system what became of

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -311,4 +312,61 @@ func TestRetentionKeepsNewestCheckpoints(t *testing.T) {
 	if ids[0] <= highest/2 || ids[len(ids)-1] != highest || len(ids) < 2 {
 		t.Fatalf("checkpoints left %v of %d: retention did not delete the old ones or lost a new one", ids, highest)
 	}
+}
+
+type drainAfter struct {
+	runtime.NopObserver
+	n     atomic.Int64
+	after int64
+	once  sync.Once
+	drain chan struct{}
+}
+
+func (d *drainAfter) CheckpointCompleted(string, int, checkpoint.Manifest) {
+	if d.n.Add(1) == d.after {
+		d.once.Do(func() { close(d.drain) })
+	}
+}
+
+// TestDrainTakesFinalCheckpoint: draining an unbounded job stops its source,
+// takes a final checkpoint and commits it: the committed output covers
+// exactly the input up to the final checkpoint's position.
+func TestDrainTakesFinalCheckpoint(t *testing.T) {
+	st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
+	store := newTxnStore[update]()
+	var processed atomic.Int64
+	seen := func(int64) error { processed.Add(1); return nil }
+	plan := countJob(t, 1<<40, 10, 1, seen, store.sink())
+	obs := &drainAfter{after: 3, drain: make(chan struct{})}
+	err := runtime.Run(t.Context(), plan, runtime.Config{
+		Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Observer: obs, Drain: obs.drain,
+		Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _, err := checkpoint.ListCheckpoints(t.Context(), st, "count", 0)
+	if err != nil || len(ids) == 0 {
+		t.Fatalf("no checkpoint after drain: %v", err)
+	}
+	m, err := checkpoint.ReadManifest(t.Context(), st, "count", 0, ids[len(ids)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pos int64 = -1
+	for _, a := range m.Operators {
+		for _, p := range a.Sources {
+			pos = p.Offset
+		}
+	}
+	if pos <= 0 {
+		t.Fatalf("final checkpoint %d has no source position", m.Checkpoint)
+	}
+	t.Logf("drained after checkpoint %d at offset %d, %d records processed", m.Checkpoint, pos, processed.Load())
+	// The final checkpoint covers everything the job read: nothing processed
+	// is left uncommitted.
+	if processed.Load() != pos {
+		t.Fatalf("processed %d records, final checkpoint at %d: the drain did not checkpoint all it read", processed.Load(), pos)
+	}
+	checkExactlyOnce(t, store.visible(), pos, 10, 1)
 }

@@ -21,8 +21,10 @@ type root struct {
 	timed     []timed
 	flushers  []idleFlusher
 	run       func(ctx context.Context) error
-	source    bool
-	finished  bool
+	// drain makes a source behave as if its input had ended (graceful stop).
+	drain    func()
+	source   bool
+	finished bool
 }
 
 type notifiee interface {
@@ -42,6 +44,7 @@ const (
 	mailComplete
 	mailAborted
 	mailFinish
+	mailDrain
 )
 
 type mail struct {
@@ -102,6 +105,10 @@ func (r *root) serve(ctx context.Context, trigger func(checkpoint.ID) error) err
 			}
 		case mailFinish:
 			r.finished = true
+		case mailDrain:
+			if r.drain != nil {
+				r.drain()
+			}
 		}
 	}
 	return ctx.Err()

@@ -64,6 +64,12 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, id int) error {
 		case <-ctx.Done():
 			timer.Stop()
 			return ctx.Err()
+		case <-cfg.Drain:
+			// Draining while the task is down: nothing runs to checkpoint.
+			// The next start resumes from its latest checkpoint and
+			// commits what that checkpoint left pending.
+			timer.Stop()
+			return nil
 		case <-timer.C:
 		}
 		backoff = min(2*backoff, cfg.MaxRestartBackoff)

@@ -51,8 +51,7 @@ func (s *sourceRoot[T]) poll(ctx context.Context) error {
 	err := s.reader.Poll(ctx, &s.batch)
 	switch {
 	case errors.Is(err, ErrEndOfInput):
-		s.ended = true
-		s.t.sourceEnded(s.name)
+		s.end()
 	case err != nil:
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -65,6 +64,14 @@ func (s *sourceRoot[T]) poll(ctx context.Context) error {
 		}
 	}
 	return s.r.flush()
+}
+
+// end stops reading: the input is exhausted, or the job drains.
+func (s *sourceRoot[T]) end() {
+	if !s.ended {
+		s.ended = true
+		s.t.sourceEnded(s.name)
+	}
 }
 
 // trigger starts checkpoint id at this source: its positions are the next
@@ -103,6 +110,7 @@ func Source[T any](g *Graph, name string, factory SourceFactory[T]) *Port[T] {
 		r := t.rootOf(n)
 		s := &sourceRoot[T]{opBase: t.base(n), r: r, reader: reader, out: out.output(t)}
 		r.run = s.run
+		r.drain = s.end
 		r.source = true
 		return nil
 	}

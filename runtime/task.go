@@ -289,6 +289,21 @@ func (t *task) run(ctx context.Context) (err error) {
 			return err
 		})
 	}
+	// A drain makes every source end as if its input were exhausted: the
+	// final checkpoint and its commit follow as for a bounded input.
+	g.Go(func() error {
+		select {
+		case <-dctx.Done():
+		case <-t.cfg.Drain:
+			t.log.Info("draining: final checkpoint, then stop")
+			for _, r := range t.roots {
+				if r.source {
+					r.mail.post(mail{kind: mailDrain})
+				}
+			}
+		}
+		return nil
+	})
 	// When every root has ended normally, the final checkpoint is complete:
 	// stop the driver.
 	g.Go(func() error {
