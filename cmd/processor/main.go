@@ -8,8 +8,9 @@
 //	processor demo      all of the above on an embedded Kafka, with a crash and a restore
 //
 // Every flag can also be set from the environment: --some-flag as
-// WEIR_SOME_FLAG; the command line wins. Exit codes: 0 done (run: stopped by
-// SIGTERM or SIGINT), 1 failed (verify: the output is not exactly once), 2
+// WEIR_SOME_FLAG; the command line wins. Exit codes: 0 done (run: drained by
+// SIGTERM or SIGINT: sources stopped, a final checkpoint committed; a second
+// signal stops at once), 1 failed (verify: the output is not exactly once), 2
 // bad command line or settings (the message names the setting); checkpoints:
 // 1 for a checkpoint or task that is not there or a manifest that cannot be
 // read.
@@ -42,17 +43,45 @@ from the environment: --some-flag as WEIR_SOME_FLAG.
 `
 
 func main() {
-	// SIGTERM and SIGINT cancel the context; the command returns once it
-	// has stopped. SIGKILL loses nothing by design: checkpoints and Kafka
-	// transactions are the only durable state.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
-	stop()
+	// The first SIGTERM or SIGINT drains `run` (sources stop, a final
+	// checkpoint commits, exit 0) and stops the other commands; a second one
+	// stops at once. SIGKILL loses nothing by design either: checkpoints and
+	// Kafka transactions are the only durable state.
+	ctx, cancel := context.WithCancel(context.Background())
+	drain := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() { // lives as long as the process
+		<-sigs
+		close(drain)
+		<-sigs
+		cancel()
+	}()
+	code := runDrainable(ctx, drain, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
+	cancel()
 	os.Exit(code)
 }
 
 // run runs one command and returns the process exit code.
 func run(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
+	return runDrainable(ctx, nil, args, lookup, stdout, stderr)
+}
+
+// runDrainable is run with a graceful stop: closing drain drains `run`
+// (final checkpoint, then exit) and cancels the other commands.
+func runDrainable(ctx context.Context, drain <-chan struct{}, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "run" {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-drain:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
 	if len(args) == 0 {
 		fmt.Fprint(stderr, usage)
 		return 2
@@ -60,7 +89,7 @@ func run(ctx context.Context, args []string, lookup func(string) (string, bool),
 	var err error
 	switch cmd, rest := args[0], args[1:]; cmd {
 	case "run":
-		err = runCommand(ctx, rest, lookup, stderr)
+		err = runCommand(ctx, drain, rest, lookup, stderr)
 	case "generate":
 		err = generateCommand(ctx, rest, lookup, stdout, stderr)
 	case "verify":
@@ -94,11 +123,11 @@ func exitCode(err error, stderr io.Writer) int {
 	return 1
 }
 
-func runCommand(ctx context.Context, args []string, lookup func(string) (string, bool), stderr io.Writer) error {
+func runCommand(ctx context.Context, drain <-chan struct{}, args []string, lookup func(string) (string, bool), stderr io.Writer) error {
 	cfg, err := parseRunConfig(args, lookup, stderr)
 	if err != nil {
 		return err
 	}
-	w := &worker{cfg: cfg, log: newLogger(stderr, cfg.LogLevel)}
+	w := &worker{cfg: cfg, log: newLogger(stderr, cfg.LogLevel), drain: drain}
 	return w.run(ctx)
 }

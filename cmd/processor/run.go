@@ -35,6 +35,8 @@ type worker struct {
 	// storage, if set, is used instead of opening cfg.Checkpoints (the
 	// memory storage lives only as long as the value).
 	storage checkpoint.Storage
+	// drain, when closed, stops the job gracefully (runtime.Config.Drain).
+	drain <-chan struct{}
 }
 
 // newLogger returns a text logger on w at level.
@@ -43,14 +45,15 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
-// run runs the worker's tasks until ctx is cancelled (it returns nil) or a
-// task fails for good. Errors in the settings that only show once Kafka is
-// asked (a task beyond the input's partitions) are usageErrors.
+// run runs the worker's tasks until w.drain is closed (sources stop, a
+// final checkpoint commits everything read, it returns nil), ctx is
+// cancelled (it returns nil) or a task fails for good. Errors in the settings
+// that only show once Kafka is asked (a task beyond the input's partitions)
+// are usageErrors.
 //
-// Cancelling ctx stops the tasks where they are: no final checkpoint is
-// taken yet (that is a later issue: SIGTERM should stop the sources, take a
-// final checkpoint and commit). Nothing is lost: a restart restores the last
-// checkpoint, commits its pre-committed transactions and redoes the rest; the
+// Cancelling ctx stops the tasks where they are, without a final
+// checkpoint. Nothing is lost: a restart restores the last checkpoint,
+// commits its pre-committed transactions and redoes the rest; the
 // transactions open at the stop stay invisible to read_committed readers.
 func (w *worker) run(ctx context.Context) error {
 	c := &w.cfg
@@ -145,6 +148,7 @@ func (w *worker) run(ctx context.Context) error {
 		MaxRestartBackoff: max(c.RestartAllowance/2, 100*time.Millisecond),
 		Logger:            log,
 		Observer:          &observer{log: log, metrics: m, lag: lag, extra: w.extra},
+		Drain:             w.drain,
 	}
 	if c.delivery() != sink.ExactlyOnce {
 		rc.Mode = runtime.AtLeastOnce

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/internal/testcluster"
+)
+
+// TestRunDrains: closing the drain channel (what SIGTERM does) makes `run`
+// stop its sources, take a final checkpoint and commit it, and return nil:
+// the output is complete and no transaction is left open.
+func TestRunDrains(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	c := testcluster.Kafka(t)
+	in, out := testcluster.UniqueName(t, "in"), testcluster.UniqueName(t, "out")
+	c.CreateTopics(t, 2, in, out)
+	if _, err := generate(ctx, generateConfig{Brokers: c.Brokers, Topic: in, Job: "count", Records: 3000, Keys: 11, Batch: 500}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cfg, err := parseRunConfig([]string{
+		"--name", testcluster.UniqueName(t, "count"), "--brokers", strings.Join(c.Brokers, ","),
+		"--input", in, "--output", out, "--state-dir", t.TempDir(), "--checkpoints", "file://" + t.TempDir(),
+		// Checkpoints far apart: only the drain's final checkpoint can
+		// commit the output in time.
+		"--interval", "1m", "--tolerable-failures", "0", "--checkpoint-timeout", "30s", "--txn-timeout", "5m",
+	}, env(), &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	drain := make(chan struct{})
+	w := &worker{cfg: cfg, drain: drain, stats: &recordStats{}, log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	done := make(chan error, 1)
+	go func() { done <- w.run(ctx) }()
+	waitRead(t, w, 3000)
+	close(drain)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("drained run: %v", err)
+		}
+	case <-ctx.Done():
+		t.Fatal("run did not return after the drain")
+	}
+	v, err := verify(ctx, c.Brokers, "count", in, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(v)
+	if v.In != 3000 || v.Out != 3000 || !v.Clean() || len(v.Notes) > 0 {
+		t.Fatalf("after the drain: %v (notes %q), want all 3000 committed exactly once and nothing open", v, v.Notes)
+	}
+}
+
+// waitRead waits until the worker has read n input records. There is no
+// event for it; poll with the test's deadline.
+func waitRead(t *testing.T, w *worker, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for w.stats.in.Load() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("worker read %d of %d records in a minute", w.stats.in.Load(), n)
+		}
+		time.Sleep(10 * time.Millisecond) // polling a counter, not synchronising
+	}
+}
