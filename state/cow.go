@@ -2,6 +2,7 @@ package state
 
 import (
 	"bytes"
+	"encoding/binary"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -68,35 +69,126 @@ const (
 	chunkSlots = 1 << chunkBits
 	chunkMask  = chunkSlots - 1
 	// inlineCap is how many key+value bytes a slot holds without an extra
-	// allocation: an 8-byte key with an 8-byte counter, or a 16-byte key with
-	// one, fit; the slot is then one 64-byte cache line.
+	// buffer: an 8-byte key with an 8-byte counter, or a 16-byte key with
+	// one, fit; the slot is then 32 bytes, two to a cache line.
 	inlineCap = 24
 	occupied  = 1 << 31
 	maxSlots  = 1 << 30
+
+	slotExt = 1 // flags: the key and value live in an ext buffer
 )
 
-// slot is one entry of a valueMap: 64 bytes. Keys and values up to inlineCap
-// bytes together live in buf; longer ones in ext (key then value).
+// slot is one entry of a valueMap: 32 bytes and pointer-free, so that the
+// chunks are noscan memory the GC never walks. Keys and values up to
+// inlineCap bytes together live in buf (klen, vlen their lengths). Longer ones
+// live in an out-of-line buffer of the map's extSlab (key then value); buf
+// then holds the buffer's index and the key and value lengths, 4
+// little-endian bytes each (see extIdx, extKlen, extVlen). The lengths are in
+// the slot, not the buffer, so that a snapshot's copy of the slot keeps its
+// own lengths while the live table appends to a shared buffer.
 type slot struct {
-	hash uint32 // 0 if empty, else occupied | 31 bits of the key's hash
-	ver  uint32 // version at which ext's backing array was allocated
-	klen uint32
-	vlen uint32
-	buf  [inlineCap]byte
-	ext  []byte // len == klen+vlen when not nil
+	hash  uint32 // 0 if empty, else occupied | 31 bits of the key's hash
+	klen  uint8  // inline only
+	vlen  uint8  // inline only
+	flags uint8
+	_     uint8
+	buf   [inlineCap]byte
 }
 
-func (s *slot) kv() []byte {
-	if s.ext != nil {
-		return s.ext
+func (s *slot) ext() bool { return s.flags&slotExt != 0 }
+
+func (s *slot) extIdx() uint32  { return binary.LittleEndian.Uint32(s.buf[0:4]) }
+func (s *slot) extKlen() uint32 { return binary.LittleEndian.Uint32(s.buf[4:8]) }
+func (s *slot) extVlen() uint32 { return binary.LittleEndian.Uint32(s.buf[8:12]) }
+
+func (s *slot) setExt(idx uint32, klen, vlen int) {
+	s.flags = slotExt
+	s.klen, s.vlen = 0, 0
+	binary.LittleEndian.PutUint32(s.buf[0:4], idx)
+	binary.LittleEndian.PutUint32(s.buf[4:8], uint32(klen))
+	binary.LittleEndian.PutUint32(s.buf[8:12], uint32(vlen))
+}
+
+func (s *slot) setExtVlen(vlen int) { binary.LittleEndian.PutUint32(s.buf[8:12], uint32(vlen)) }
+
+// lens returns the key and value lengths.
+func (s *slot) lens() (int, int) {
+	if s.ext() {
+		return int(s.extKlen()), int(s.extVlen())
 	}
-	return s.buf[:s.klen+s.vlen]
+	return int(s.klen), int(s.vlen)
 }
 
-func (s *slot) key() []byte   { return s.kv()[:s.klen] }
-func (s *slot) value() []byte { return s.kv()[s.klen:] }
+// kv returns the slot's key and value; exts are the ext chunks of the map or
+// view the slot belongs to.
+func (s *slot) kv(exts []*extChunk) (key, val []byte) {
+	if s.ext() {
+		kl, vl := int(s.extKlen()), int(s.extVlen())
+		b := extGet(exts, s.extIdx()).b
+		return b[:kl:kl], b[kl : kl+vl : kl+vl]
+	}
+	kl, n := int(s.klen), int(s.klen)+int(s.vlen)
+	return s.buf[:kl:kl], s.buf[kl:n:n]
+}
 
 type chunk [chunkSlots]slot
+
+// extBuf is an out-of-line key+value buffer; len(b) == cap(b), the slot
+// holding its index knows how much of it is used. ver is the version at which
+// b was allocated: b is written in place only while no live snapshot may read
+// it (appends past the used length excepted, see appendValue).
+type extBuf struct {
+	b   []byte
+	ver uint32
+}
+
+type extChunk [chunkSlots]extBuf
+
+func extGet(chunks []*extChunk, i uint32) *extBuf { return &chunks[i>>chunkBits][i&chunkMask] }
+
+// extSlab is a copy-on-write array of extBufs with free-index reuse: the
+// chunk slice is what a snapshot copies, and a change to an entry of a chunk a
+// live snapshot may read copies the chunk first (as slab does).
+type extSlab struct {
+	chunks []*extChunk
+	vers   []uint32
+	free   []uint32
+	next   uint32
+}
+
+func (x *extSlab) get(i uint32) *extBuf { return extGet(x.chunks, i) }
+
+func (x *extSlab) set(clk *clock, i uint32, e extBuf) {
+	ci := i >> chunkBits
+	if clk.shared(x.vers[ci]) {
+		c := *x.chunks[ci]
+		x.chunks[ci] = &c
+		x.vers[ci] = clk.cur
+	}
+	x.chunks[ci][i&chunkMask] = e
+}
+
+func (x *extSlab) add(clk *clock, e extBuf) uint32 {
+	var i uint32
+	if n := len(x.free); n > 0 {
+		i = x.free[n-1]
+		x.free = x.free[:n-1]
+	} else {
+		i = x.next
+		x.next++
+		if int(i>>chunkBits) == len(x.chunks) {
+			x.chunks = append(x.chunks, new(extChunk))
+			x.vers = append(x.vers, clk.cur)
+		}
+	}
+	x.set(clk, i, e)
+	return i
+}
+
+func (x *extSlab) remove(clk *clock, i uint32) {
+	x.set(clk, i, extBuf{})
+	x.free = append(x.free, i)
+}
 
 // valueMap is an open-addressing (linear probing, backward-shift deletion)
 // hash map from byte keys to byte values whose slots live in fixed-size chunks
@@ -106,6 +198,7 @@ type valueMap struct {
 	seed   maphash.Seed
 	chunks []*chunk
 	vers   []uint32 // allocation version of each chunk
+	exts   extSlab
 	mask   uint32
 	count  int
 	growAt int
@@ -158,8 +251,16 @@ func (m *valueMap) find(key []byte, h uint32) (uint32, bool) {
 		if s.hash == 0 {
 			return i, false
 		}
-		if s.hash == h && bytes.Equal(s.key(), key) {
-			return i, true
+		if s.hash == h {
+			var k []byte
+			if s.flags == 0 {
+				k = s.buf[:s.klen]
+			} else {
+				k, _ = s.kv(m.exts.chunks)
+			}
+			if bytes.Equal(k, key) {
+				return i, true
+			}
 		}
 		i = (i + 1) & m.mask
 	}
@@ -170,7 +271,8 @@ func (m *valueMap) get(key []byte) ([]byte, bool) {
 	if !ok {
 		return nil, false
 	}
-	return m.at(i).value(), true
+	_, v := m.at(i).kv(m.exts.chunks)
+	return v, true
 }
 
 func (m *valueMap) put(key, val []byte) {
@@ -181,35 +283,45 @@ func (m *valueMap) put(key, val []byte) {
 		return
 	}
 	s := m.writable(i)
-	klen := int(s.klen)
+	if !s.ext() {
+		klen := int(s.klen)
+		if n := klen + len(val); n <= inlineCap {
+			copy(s.buf[klen:], val)
+			s.vlen = uint8(len(val))
+			return
+		}
+		e := make([]byte, klen+len(val))
+		copy(e, s.buf[:klen])
+		copy(e[klen:], val)
+		s.setExt(m.exts.add(m.clk, extBuf{b: e, ver: m.clk.cur}), klen, len(val))
+		return
+	}
+	idx, klen := s.extIdx(), int(s.extKlen())
+	x := m.exts.get(idx)
 	n := klen + len(val)
 	switch {
 	case n <= inlineCap:
-		if s.ext != nil {
-			copy(s.buf[:], s.ext[:klen])
-			copy(s.buf[klen:], val)
-			s.ext = nil
-		} else {
-			copy(s.buf[klen:], val)
-		}
-	case s.ext != nil && cap(s.ext) >= n && !m.clk.shared(s.ver):
-		s.ext = s.ext[:n]
-		copy(s.ext[klen:], val)
+		copy(s.buf[:], x.b[:klen]) // buf held idx and lengths; x.b is apart
+		copy(s.buf[klen:], val)
+		s.flags, s.klen, s.vlen = 0, uint8(klen), uint8(len(val))
+		m.exts.remove(m.clk, idx)
+	case len(x.b) >= n && !m.clk.shared(x.ver):
+		copy(x.b[klen:], val)
+		s.setExtVlen(len(val))
 	default:
 		e := make([]byte, n)
-		copy(e, s.key())
+		copy(e, x.b[:klen])
 		copy(e[klen:], val)
-		s.ext = e
-		s.ver = m.clk.cur
+		m.exts.set(m.clk, idx, extBuf{b: e, ver: m.clk.cur})
+		s.setExtVlen(len(val))
 	}
-	s.vlen = uint32(len(val))
 }
 
 // appendValue appends b to key's value (creating it if absent) without
-// copying the value when its buffer has room. Writing past the end of a
+// copying the value when its buffer has room. Writing past the used end of a
 // buffer a snapshot shares is safe: the snapshot's slot copy keeps its own
-// length and never reads past it, and only the live slot appends. ver stays
-// that of the (shared) buffer, so a later put still copies.
+// lengths and never reads past them, and only the live slot appends. ver
+// stays that of the (shared) buffer, so a later put still copies.
 func (m *valueMap) appendValue(key, b []byte) {
 	h := m.hash(key)
 	i, ok := m.find(key, h)
@@ -218,21 +330,32 @@ func (m *valueMap) appendValue(key, b []byte) {
 		return
 	}
 	s := m.writable(i)
-	old := int(s.klen + s.vlen)
+	klen, vlen := s.lens()
+	old := klen + vlen
 	n := old + len(b)
-	switch {
-	case s.ext == nil && n <= inlineCap:
-		copy(s.buf[old:], b)
-	case s.ext != nil && cap(s.ext) >= n:
-		s.ext = append(s.ext, b...)
-	default:
-		e := make([]byte, n, max(2*n, 64))
-		copy(e, s.kv())
+	if !s.ext() {
+		if n <= inlineCap {
+			copy(s.buf[old:], b)
+			s.vlen += uint8(len(b))
+			return
+		}
+		e := make([]byte, max(2*n, 64))
+		copy(e, s.buf[:old])
 		copy(e[old:], b)
-		s.ext = e
-		s.ver = m.clk.cur
+		s.setExt(m.exts.add(m.clk, extBuf{b: e, ver: m.clk.cur}), klen, vlen+len(b))
+		return
 	}
-	s.vlen += uint32(len(b))
+	idx := s.extIdx()
+	x := m.exts.get(idx)
+	if len(x.b) >= n {
+		copy(x.b[old:], b)
+	} else {
+		e := make([]byte, max(2*n, 64))
+		copy(e, x.b[:old])
+		copy(e[old:], b)
+		m.exts.set(m.clk, idx, extBuf{b: e, ver: m.clk.cur})
+	}
+	s.setExtVlen(vlen + len(b))
 }
 
 func (m *valueMap) insert(i, h uint32, key, val []byte) {
@@ -242,18 +365,15 @@ func (m *valueMap) insert(i, h uint32, key, val []byte) {
 	}
 	s := m.writable(i)
 	s.hash = h
-	s.klen = uint32(len(key))
-	s.vlen = uint32(len(val))
 	if n := len(key) + len(val); n <= inlineCap {
+		s.flags, s.klen, s.vlen = 0, uint8(len(key)), uint8(len(val))
 		copy(s.buf[:], key)
 		copy(s.buf[len(key):], val)
-		s.ext = nil
 	} else {
 		e := make([]byte, n)
 		copy(e, key)
 		copy(e[len(key):], val)
-		s.ext = e
-		s.ver = m.clk.cur
+		s.setExt(m.exts.add(m.clk, extBuf{b: e, ver: m.clk.cur}), len(key), len(val))
 	}
 	m.count++
 }
@@ -262,6 +382,9 @@ func (m *valueMap) delete(key []byte) {
 	i, ok := m.find(key, m.hash(key))
 	if !ok {
 		return
+	}
+	if s := m.at(i); s.ext() {
+		m.exts.remove(m.clk, s.extIdx())
 	}
 	// Backward-shift deletion: move later entries of the probe run into the
 	// hole so that lookups never need tombstones.
@@ -284,7 +407,7 @@ func (m *valueMap) delete(key []byte) {
 }
 
 // grow doubles the table into fresh chunks; the old ones stay untouched for
-// the snapshots that hold them. Slots keep their ext and its version.
+// the snapshots that hold them. Slots keep their ext buffer indexes.
 func (m *valueMap) grow() {
 	if int(m.mask)+1 >= maxSlots {
 		panic("state: memory table exceeds 2^30 slots")
@@ -306,20 +429,27 @@ func (m *valueMap) grow() {
 	}
 }
 
-// clear empties the map in place (fresh chunks; snapshots keep the old ones).
+// clear empties the map in place (fresh chunks and ext slab; snapshots keep
+// the old ones).
 func (m *valueMap) clear() {
 	m.alloc(chunkSlots)
+	m.exts = extSlab{}
 	m.count = 0
 }
 
 // valueView is a valueMap as it was when a snapshot was taken.
 type valueView struct {
 	chunks []*chunk
+	exts   []*extChunk
 	count  int
 }
 
 func (m *valueMap) view() valueView {
-	return valueView{chunks: append([]*chunk(nil), m.chunks...), count: m.count}
+	v := valueView{chunks: append([]*chunk(nil), m.chunks...), count: m.count}
+	if len(m.exts.chunks) > 0 {
+		v.exts = append([]*extChunk(nil), m.exts.chunks...)
+	}
+	return v
 }
 
 // each calls fn for every entry of the view, in slot order; fn must not keep
@@ -331,7 +461,8 @@ func (v valueView) each(fn func(key, val []byte) error) error {
 			if s.hash == 0 {
 				continue
 			}
-			if err := fn(s.key(), s.value()); err != nil {
+			key, val := s.kv(v.exts)
+			if err := fn(key, val); err != nil {
 				return err
 			}
 		}
@@ -341,7 +472,7 @@ func (v valueView) each(fn func(key, val []byte) error) error {
 
 // each walks the live map the same way.
 func (m *valueMap) each(fn func(key, val []byte) error) error {
-	return valueView{chunks: m.chunks, count: m.count}.each(fn)
+	return valueView{chunks: m.chunks, exts: m.exts.chunks, count: m.count}.each(fn)
 }
 
 // slab is a copy-on-write array of object pointers with free-index reuse; a

@@ -422,3 +422,38 @@ func TestDeclare(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestValueMapExtReuse checks that an out-of-line buffer index freed and
+// reused after a snapshot, a buffer moving back inline, and appends to a
+// shared buffer leave the snapshot's view as it was.
+func TestValueMapExtReuse(t *testing.T) {
+	clk := newClock()
+	m := newValueMap(clk, 0)
+	long := func(c byte, n int) []byte { return []byte(strings.Repeat(string(c), n)) }
+	m.put([]byte("a"), long('a', 40))
+	m.put([]byte("b"), long('b', 40))
+	m.appendValue([]byte("c"), long('c', 30))
+	want := map[string]string{"a": string(long('a', 40)), "b": string(long('b', 40)), "c": string(long('c', 30))}
+	ver := clk.take()
+	v := m.view()
+	m.delete([]byte("a"))                    // frees a's index
+	m.put([]byte("d"), long('d', 50))        // reuses it
+	m.put([]byte("b"), []byte("short"))      // back inline, frees b's index
+	m.put([]byte("e"), long('e', 60))        // reuses it
+	m.appendValue([]byte("c"), long('C', 3)) // in place past the shared length
+	m.put([]byte("d"), long('D', 50))        // d's buffer is private: in place
+	got := map[string]string{}
+	v.each(func(k, val []byte) error { got[string(k)] = string(val); return nil })
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("snapshot view changed:\n got %v\nwant %v", got, want)
+	}
+	clk.release(ver)
+	for k, w := range map[string]string{"b": "short", "c": string(long('c', 30)) + "CCC", "d": string(long('D', 50)), "e": string(long('e', 60))} {
+		if g, ok := m.get([]byte(k)); !ok || string(g) != w {
+			t.Fatalf("live %q = %q, want %q", k, g, w)
+		}
+	}
+	if _, ok := m.get([]byte("a")); ok {
+		t.Fatal("deleted key a still present")
+	}
+}
