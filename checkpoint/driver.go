@@ -211,6 +211,13 @@ func (d *Driver) apply(ctx context.Context, acts []Action) error {
 			}
 		case WriteManifest:
 			m, err := d.writeManifest(ctx, a)
+			if errors.Is(err, ErrExists) {
+				// Another owner wrote a checkpoint with this id: a newer
+				// owner has the task, and this one is a zombie. Going on
+				// would write checkpoints at an older cut with newer ids.
+				d.log.Error("checkpoint id taken by another owner: stopping", "checkpoint", a.ID)
+				return fmt.Errorf("%w: checkpoint %d of task %d was written by another owner", ErrSuperseded, a.ID, d.cfg.Task)
+			}
 			if err != nil {
 				next = d.coord.ManifestFailed(a.ID, err, time.Now())
 			} else {

@@ -12,6 +12,11 @@ var ErrNotFound = errors.New("checkpoint: object not found")
 // ErrExists is returned by Storage.PutIfAbsent when the object exists already.
 var ErrExists = errors.New("checkpoint: object exists")
 
+// ErrSuperseded says a newer owner has the task: another worker wrote one
+// of its checkpoints. The task must stop for good; restarting it would fence
+// the new owner's transactions.
+var ErrSuperseded = errors.New("task superseded by a newer owner")
+
 // Storage holds checkpoint objects under a root (a directory, a bucket
 // prefix). Names are slash-separated and relative to the root. Every write is
 // atomic: an object is either absent or complete.

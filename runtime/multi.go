@@ -119,8 +119,13 @@ func (m *multiRoot) run(ctx context.Context) error {
 			actions = m.aligner.End(i, time.Now())
 		}
 		done, err := m.apply(actions)
-		if err != nil || done {
+		if err != nil {
 			return err
+		}
+		if done {
+			// The inputs end only after the final checkpoint completed, and
+			// its completion was posted before: let the sinks commit it.
+			return m.r.serve(ctx, nil)
 		}
 		if err := m.r.flush(); err != nil {
 			return err

@@ -208,3 +208,27 @@ func (o *abortObserver) CheckpointAborted(_ string, _ int, _ checkpoint.ID, err 
 		o.first = err
 	}
 }
+
+// TestUnionCommitsFinalCheckpoint: a sink fused behind a union commits the
+// final checkpoint before the job ends. (The union's inputs end right after
+// the final checkpoint completes; the completion must reach the union
+// first.) The race it guards against was rare, so the job runs many times.
+func TestUnionCommitsFinalCheckpoint(t *testing.T) {
+	for i := range 200 {
+		job := stream.NewJob("union-final")
+		a := stream.Source(job, "a", stream.GeneratorSource(10, func(_ int, i int64) int64 { return i }))
+		b := stream.Source(job, "b", stream.GeneratorSource(10, func(_ int, i int64) int64 { return 100 + i }))
+		store := newTxnStore[int64]()
+		stream.Sink(stream.Union("merge", a, b), "out", store.sink())
+		plan, err := job.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := runtime.Run(t.Context(), plan, runtime.Config{Tasks: []int{0}, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{})}); err != nil {
+			t.Fatal(err)
+		}
+		if got := len(store.visible()); got != 20 {
+			t.Fatalf("run %d: %d of 20 records committed when the job ended", i, got)
+		}
+	}
+}

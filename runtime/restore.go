@@ -10,10 +10,11 @@ import (
 )
 
 // ErrSuperseded stops a task for good: a checkpoint of the task carries a
-// newer fencing epoch than this owner's, so another worker owns the task now
-// and this one is a zombie. Restarting it would fence the new owner's
-// transactions and take the task back.
-var ErrSuperseded = errors.New("task superseded by a newer owner")
+// newer fencing epoch than this owner's, or another owner wrote a checkpoint
+// id this one was about to write. Another worker owns the task now and this
+// one is a zombie; restarting it would fence the new owner's transactions
+// and take the task back.
+var ErrSuperseded = checkpoint.ErrSuperseded
 
 // ErrNoValidCheckpoint fails a task whose every checkpoint lost output: it
 // cannot restore without skipping that output, and it never does so silently.
@@ -41,7 +42,10 @@ func committables(m checkpoint.Manifest) []checkpoint.Committable {
 // restore picks the checkpoint the task restores from and returns the
 // highest checkpoint id seen, so that new ids continue after it. The rules,
 // newest manifest first:
-//   - an unreadable manifest is skipped;
+//   - a manifest deleted since the listing (retention) is skipped; any other
+//     error reading one fails the restore (the supervisor retries): the
+//     checkpoints before it cannot be judged without knowing whether its
+//     transactions committed;
 //   - a manifest with a newer epoch than this owner's means a newer owner
 //     has the task: ErrSuperseded, and the task is not restarted;
 //   - a manifest with a lost committable is not valid: walk back. Walking
@@ -61,16 +65,15 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 	var ms []checkpoint.Manifest
 	for _, id := range ids {
 		m, err := checkpoint.ReadManifest(ctx, t.storage, t.job, t.id, id)
-		if err != nil {
-			t.log.Error("unreadable manifest, skipping it", "checkpoint", id, "err", err)
+		if errors.Is(err, checkpoint.ErrNotFound) {
 			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read manifest of checkpoint %d: %w", id, err)
 		}
 		ms = append(ms, m)
 	}
 	if len(ms) == 0 {
-		if len(ids) > 0 {
-			return 0, fmt.Errorf("%w: none of the %d manifests of task %d is readable", ErrNoValidCheckpoint, len(ids), t.id)
-		}
 		return highest, nil
 	}
 	for _, m := range ms {

@@ -23,6 +23,8 @@ func TestRestoreWalkBack(t *testing.T) {
 		wantErr string
 		// superseded: the error is ErrSuperseded, not ErrNoValidCheckpoint.
 		superseded bool
+		// anyErr: any error naming wantErr (not a sentinel).
+		anyErr bool
 	}{
 		{name: "newest valid", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
 			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitResumable}, want: 2},
@@ -39,7 +41,7 @@ func TestRestoreWalkBack(t *testing.T) {
 		{name: "committed zombie manifest is a valid cut", ms: []man{{5, nil}, {9, []string{"b"}}, {5, []string{"z"}}},
 			outcome: map[string]CommitOutcome{"b": CommitDone, "z": CommitDone}, want: 3},
 		{name: "newer owner", ms: []man{{5, nil}, {11, nil}}, wantErr: "epoch 11", superseded: true},
-		{name: "unreadable newest skipped", ms: []man{{1, nil}, {1, nil}}, corrupt: 2, want: 1},
+		{name: "unreadable newest fails the restore", ms: []man{{1, nil}, {1, nil}}, corrupt: 2, wantErr: "checkpoint 2", anyErr: true},
 		{name: "no checkpoint", want: 0},
 	}
 	for _, tc := range cases {
@@ -80,6 +82,9 @@ func TestRestoreWalkBack(t *testing.T) {
 				want := ErrNoValidCheckpoint
 				if tc.superseded {
 					want = ErrSuperseded
+				}
+				if tc.anyErr && err != nil {
+					want = err
 				}
 				if !errors.Is(err, want) || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("want %v with %q, got %v", want, tc.wantErr, err)

@@ -116,6 +116,9 @@ func (r *root) serve(ctx context.Context, trigger func(checkpoint.ID) error) err
 
 // nextTimer is the earliest timer of the root's operators.
 func (r *root) nextTimer() (time.Time, bool) {
+	if r.t.inputEnded.Load() {
+		return time.Time{}, false
+	}
 	var next time.Time
 	found := false
 	for _, t := range r.timed {
@@ -127,7 +130,7 @@ func (r *root) nextTimer() (time.Time, bool) {
 }
 
 func (r *root) fireTimers() error {
-	if len(r.timed) == 0 {
+	if len(r.timed) == 0 || r.t.inputEnded.Load() {
 		return nil
 	}
 	now := r.t.now()

@@ -65,11 +65,11 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, id int) error {
 			timer.Stop()
 			return ctx.Err()
 		case <-cfg.Drain:
-			// Draining while the task is down: nothing runs to checkpoint.
-			// The next start resumes from its latest checkpoint and
-			// commits what that checkpoint left pending.
+			// Draining while the task is down after a failure: there is no
+			// final checkpoint to take, and the failure must not pass for
+			// a clean stop.
 			timer.Stop()
-			return nil
+			return fmt.Errorf("task %d failed while draining: %w", id, err)
 		case <-timer.C:
 		}
 		backoff = min(2*backoff, cfg.MaxRestartBackoff)

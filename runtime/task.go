@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -50,8 +51,12 @@ type task struct {
 	mu          sync.Mutex
 	liveSources int
 	allEnded    bool
-	finalID     checkpoint.ID // the checkpoint after which the task finishes
-	completed   bool          // a checkpoint completed during this run
+	// inputEnded mirrors allEnded for the roots' timer checks: once every
+	// source has ended, processing-time timers no longer fire, so nothing
+	// is emitted after the final barrier that no checkpoint would commit.
+	inputEnded atomic.Bool
+	finalID    checkpoint.ID // the checkpoint after which the task finishes
+	completed  bool          // a checkpoint completed during this run
 }
 
 func newTask(plan *Plan, cfg *Config, id int) *task {
@@ -132,6 +137,7 @@ func (t *task) sourceEnded(name string) {
 	last := t.liveSources == 0
 	if last {
 		t.allEnded = true
+		t.inputEnded.Store(true)
 	}
 	t.mu.Unlock()
 	t.log.Debug("source ended", "operator", name)
@@ -161,10 +167,17 @@ func (t *task) NotifyComplete(id checkpoint.ID) {
 	finish := t.finalID != 0 && id >= t.finalID
 	t.completed = true
 	t.mu.Unlock()
+	// Every root hears of the completion before any source finishes: a
+	// multi-input root must commit its sinks before the end of its inputs
+	// (which follows a finish) can end it.
 	for _, r := range t.roots {
 		r.mail.post(mail{kind: mailComplete, id: id})
-		if finish && r.source {
-			r.mail.post(mail{kind: mailFinish})
+	}
+	if finish {
+		for _, r := range t.roots {
+			if r.source {
+				r.mail.post(mail{kind: mailFinish})
+			}
 		}
 	}
 	select {
