@@ -211,12 +211,13 @@ func (d *Driver) apply(ctx context.Context, acts []Action) error {
 			}
 		case WriteManifest:
 			m, err := d.writeManifest(ctx, a)
-			if errors.Is(err, ErrExists) {
-				// Another owner wrote a checkpoint with this id: a newer
-				// owner has the task, and this one is a zombie. Going on
-				// would write checkpoints at an older cut with newer ids.
-				d.log.Error("checkpoint id taken by another owner: stopping", "checkpoint", a.ID)
-				return fmt.Errorf("%w: checkpoint %d of task %d was written by another owner", ErrSuperseded, a.ID, d.cfg.Task)
+			if errors.Is(err, ErrExists) && d.newerOwner(ctx, a.ID) {
+				// A newer owner wrote a checkpoint with this id: it has the
+				// task, and this one is a zombie. Going on would write
+				// checkpoints at an older cut with newer ids. (An id taken
+				// by an older owner, a zombie, is just a failed checkpoint.)
+				d.log.Error("checkpoint id taken by a newer owner: stopping", "checkpoint", a.ID)
+				return fmt.Errorf("%w: checkpoint %d of task %d was written by a newer owner", ErrSuperseded, a.ID, d.cfg.Task)
 			}
 			if err != nil {
 				next = d.coord.ManifestFailed(a.ID, err, time.Now())
@@ -246,6 +247,14 @@ func (d *Driver) apply(ctx context.Context, acts []Action) error {
 		acts = append(next, acts...)
 	}
 	return nil
+}
+
+// newerOwner reports whether the manifest of checkpoint id, which exists
+// although this driver did not write it, has a newer epoch than this
+// owner's. An unreadable one counts as newer: stopping is the safe side.
+func (d *Driver) newerOwner(ctx context.Context, id ID) bool {
+	m, err := ReadManifest(ctx, d.cfg.Storage, d.cfg.Job, d.cfg.Task, id)
+	return err != nil || m.Epoch > d.cfg.Epoch
 }
 
 func (d *Driver) writeManifest(ctx context.Context, w WriteManifest) (Manifest, error) {

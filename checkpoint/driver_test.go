@@ -235,3 +235,37 @@ func TestDriverTriggerNowAndManifestConflict(t *testing.T) {
 		}
 	})
 }
+
+// An id taken by an older owner (a zombie's manifest) is only a failed
+// checkpoint: this owner goes on with the next id.
+func TestDriverManifestConflictWithOlderOwner(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := NewMemory(MemoryOptions{})
+		b, err := EncodeManifest(Manifest{Version: FormatVersion, Job: "orders", Task: 2, Checkpoint: 8, Epoch: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutIfAbsent(t.Context(), ManifestName("orders", 2, 8), b); err != nil {
+			t.Fatal(err)
+		}
+		s := &driverSetup{cfg: Config{TolerableFailures: 1}, lastID: 7, task: fakeTask{operators: []string{"a"}}}
+		d, manifests, _, cancel := startDriver(t, s, st)
+		defer cancel()
+		d.TriggerNow()
+		synctest.Wait()
+		d.TriggerNow()
+		synctest.Wait()
+		want := []string{
+			"trigger 8",
+			"aborted 8: checkpoint 8: write manifest: put orders/tasks/2/chk-00000000000000000008/manifest.json: checkpoint: object exists",
+			"trigger 9",
+			"complete 9",
+		}
+		if got := s.task.events(); !reflect.DeepEqual(got, want) {
+			t.Fatalf("events %q\nwant %q", got, want)
+		}
+		if len(*manifests) != 1 || (*manifests)[0].Checkpoint != 9 {
+			t.Fatalf("OnComplete saw %+v", *manifests)
+		}
+	})
+}
