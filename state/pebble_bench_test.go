@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 // last checkpoint onto an empty directory.
 //
 //	go test ./state/ -run '^$' -bench PebbleCheckpoint -benchtime 20x
+//	WEIR_BENCH_MEMTABLE_MB=16 go test ./state/ -run '^$' -bench PebbleCheckpoint/state=1024MB -benchtime 20x
 func BenchmarkPebbleCheckpoint(b *testing.B) {
 	for _, mb := range []int{64, 256, 1024} {
 		b.Run(fmt.Sprintf("state=%dMB", mb), func(b *testing.B) { benchCheckpoint(b, mb<<20) })
@@ -34,7 +36,7 @@ func benchCheckpoint(b *testing.B, size int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := OpenPebble(b.TempDir(), PebbleOptions{})
+	p, err := OpenPebble(b.TempDir(), PebbleOptions{MemTableSize: benchMemtable()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -123,4 +125,13 @@ func benchCheckpoint(b *testing.B, size int) {
 		b.Fatal(err)
 	}
 	b.ReportMetric(time.Since(start).Seconds(), "restore-s")
+}
+
+// benchMemtable is the memtable size to benchmark with, from
+// WEIR_BENCH_MEMTABLE_MB (0: the backend's default): the memtable bounds the
+// flush in the pause.
+func benchMemtable() int64 {
+	var mb int64
+	fmt.Sscan(os.Getenv("WEIR_BENCH_MEMTABLE_MB"), &mb)
+	return mb << 20
 }
