@@ -10,30 +10,20 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/align"
 	"github.com/weirstream/weir/state"
 )
 
-// Mode is the consistency a job's checkpoints give.
-type Mode int
+// Mode is the consistency a job's checkpoints give: ExactlyOnce aligns
+// barriers at operators with several inputs, so a checkpoint's state reflects
+// exactly the records before its barriers; AtLeastOnce never blocks an input,
+// and after a restore some records may be processed twice.
+type Mode = align.Mode
 
 const (
-	// ExactlyOnce aligns barriers at operators with several inputs: a
-	// checkpoint's state reflects exactly the records before its barriers.
-	ExactlyOnce Mode = iota
-	// AtLeastOnce never blocks an input; after a restore some records may
-	// be processed twice.
-	AtLeastOnce
+	ExactlyOnce = align.ExactlyOnce
+	AtLeastOnce = align.AtLeastOnce
 )
-
-func (m Mode) String() string {
-	switch m {
-	case ExactlyOnce:
-		return "exactly-once"
-	case AtLeastOnce:
-		return "at-least-once"
-	}
-	return fmt.Sprintf("Mode(%d)", int(m))
-}
 
 // Config says how to run a job's tasks. The zero value of each field is its
 // documented default, filled in by Validate.

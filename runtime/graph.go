@@ -50,7 +50,6 @@ type node struct {
 	id        int
 	name      string
 	kind      nodeKind
-	keyed     bool
 	inputs    []*node
 	consumers int
 	// build creates this node's instance for task t. Nodes are built in
@@ -85,7 +84,6 @@ func (g *Graph) add(name string, kind nodeKind, inputs ...*node) *node {
 type Port[T any] struct {
 	g         *Graph
 	n         *node
-	keyed     bool
 	consumers []func(t *task) endpoint[T]
 }
 

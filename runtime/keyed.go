@@ -225,7 +225,6 @@ func (o *keyedOp[K, In, Out]) fireTimers(now time.Time) error {
 func KeyedProcess[K, In, Out any](in *Keyed[K, In], name string, factory func(s *Setup) (Processor[K, In, Out], error)) *Port[Out] {
 	g := in.in.g
 	n := g.add(name, kindOperator, in.in.n)
-	n.keyed = true
 	if factory == nil {
 		g.errorf("operator %q: factory is nil", name)
 	}

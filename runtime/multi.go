@@ -168,13 +168,6 @@ func newInput[T any](t *task, n *node, idx int, target func(vals []T, pos []Posi
 	return &typedInput[T]{ch: ch, target: target}
 }
 
-func (t *task) alignMode() align.Mode {
-	if t.cfg.Mode == AtLeastOnce {
-		return align.AtLeastOnce
-	}
-	return align.ExactlyOnce
-}
-
 // --- Union ----------------------------------------------------------------
 
 type unionOp[T any] struct {
@@ -214,7 +207,7 @@ func Union[T any](name string, ins ...*Port[T]) *Port[T] {
 	n.build = func(t *task) error {
 		r := t.rootOf(n)
 		u := &unionOp[T]{opBase: t.base(n), out: out.output(t)}
-		m := &multiRoot{t: t, r: r, name: n.name, aligner: align.New(len(ins), t.alignMode()), op: u}
+		m := &multiRoot{t: t, r: r, name: n.name, aligner: align.New(len(ins), t.cfg.Mode), op: u}
 		for i := range ins {
 			m.inputs = append(m.inputs, newInput(t, n, i, u.out.collectBatch))
 		}
@@ -308,7 +301,6 @@ func CoProcess[K, In1, In2, Out any](in1 *Keyed[K, In1], in2 *Keyed[K, In2], nam
 		g.errorf("coProcess %q: inputs belong to different jobs", name)
 	}
 	n := g.add(name, kindMulti, in1.in.n, in2.in.n)
-	n.keyed = true
 	if factory == nil {
 		g.errorf("coProcess %q: factory is nil", name)
 	}
@@ -340,7 +332,7 @@ func CoProcess[K, In1, In2, Out any](in1 *Keyed[K, In1], in2 *Keyed[K, In2], nam
 			return err
 		}
 		o.ctx = Context[K, Out]{out: o.out, timers: o.timers, cursor: o.cursor, now: t.now}
-		m := &multiRoot{t: t, r: r, name: n.name, aligner: align.New(2, t.alignMode()), op: o}
+		m := &multiRoot{t: t, r: r, name: n.name, aligner: align.New(2, t.cfg.Mode), op: o}
 		m.inputs = []input{
 			newInput(t, n, 0, func(vals []In1, pos []Position) error { return eachRecord(o.cursor, o.collect1, vals, pos) }),
 			newInput(t, n, 1, func(vals []In2, pos []Position) error { return eachRecord(o.cursor, o.collect2, vals, pos) }),

@@ -55,6 +55,24 @@ func (b *opBase) ackStateless(id checkpoint.ID) {
 	b.t.ack(id, checkpoint.Ack{Operator: b.name})
 }
 
+// addSingle adds a stateless single-input operator: the node, the check
+// that its function is set, and per task the instance mk makes, fused into
+// its input's goroutine.
+func addSingle[In, Out any](in *Port[In], name string, hasFn bool, mk func(b opBase, out endpoint[Out]) endpoint[In]) *Port[Out] {
+	g := in.g
+	n := g.add(name, kindOperator, in.n)
+	if !hasFn {
+		g.errorf("operator %q: function is nil", name)
+	}
+	out := newPort[Out](g, n)
+	connect(in, n, 0)
+	n.build = func(t *task) error {
+		t.setEndpoints(n, mk(t.base(n), out.output(t)))
+		return nil
+	}
+	return out
+}
+
 // --- Map ------------------------------------------------------------------
 
 type mapOp[In, Out any] struct {
@@ -105,19 +123,9 @@ func (m *mapOp[In, Out]) end() error { return m.out.end() }
 
 // Map adds an operator that applies fn to every record.
 func Map[In, Out any](in *Port[In], name string, fn func(In) (Out, error)) *Port[Out] {
-	g := in.g
-	n := g.add(name, kindOperator, in.n)
-	if fn == nil {
-		g.errorf("operator %q: function is nil", name)
-	}
-	out := newPort[Out](g, n)
-	connect(in, n, 0)
-	n.build = func(t *task) error {
-		op := &mapOp[In, Out]{opBase: t.base(n), fn: fn, out: out.output(t)}
-		t.setEndpoints(n, op)
-		return nil
-	}
-	return out
+	return addSingle(in, name, fn != nil, func(b opBase, out endpoint[Out]) endpoint[In] {
+		return &mapOp[In, Out]{opBase: b, fn: fn, out: out}
+	})
 }
 
 // --- Filter ---------------------------------------------------------------
@@ -174,20 +182,9 @@ func (f *filterOp[T]) end() error { return f.out.end() }
 
 // Filter adds an operator that keeps the records for which fn is true.
 func Filter[T any](in *Port[T], name string, fn func(T) (bool, error)) *Port[T] {
-	g := in.g
-	n := g.add(name, kindOperator, in.n)
-	if fn == nil {
-		g.errorf("operator %q: function is nil", name)
-	}
-	out := newPort[T](g, n)
-	out.keyed = in.keyed
-	connect(in, n, 0)
-	n.build = func(t *task) error {
-		op := &filterOp[T]{opBase: t.base(n), fn: fn, out: out.output(t)}
-		t.setEndpoints(n, op)
-		return nil
-	}
-	return out
+	return addSingle(in, name, fn != nil, func(b opBase, out endpoint[T]) endpoint[T] {
+		return &filterOp[T]{opBase: b, fn: fn, out: out}
+	})
 }
 
 // --- FlatMap --------------------------------------------------------------
@@ -246,19 +243,9 @@ func (f *flatMapOp[In, Out]) end() error { return f.out.end() }
 
 // FlatMap adds an operator that emits any number of records per record.
 func FlatMap[In, Out any](in *Port[In], name string, fn func(In, *Emitter[Out]) error) *Port[Out] {
-	g := in.g
-	n := g.add(name, kindOperator, in.n)
-	if fn == nil {
-		g.errorf("operator %q: function is nil", name)
-	}
-	out := newPort[Out](g, n)
-	connect(in, n, 0)
-	n.build = func(t *task) error {
-		op := &flatMapOp[In, Out]{opBase: t.base(n), fn: fn, out: out.output(t)}
-		t.setEndpoints(n, op)
-		return nil
-	}
-	return out
+	return addSingle(in, name, fn != nil, func(b opBase, out endpoint[Out]) endpoint[In] {
+		return &flatMapOp[In, Out]{opBase: b, fn: fn, out: out}
+	})
 }
 
 // --- Sink -----------------------------------------------------------------
