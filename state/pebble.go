@@ -19,8 +19,12 @@ import (
 // PebbleOptions configure the Pebble backend. The zero value is usable.
 type PebbleOptions struct {
 	// MemTableSize bounds one memtable, in bytes (default 64 MiB). Snapshot
-	// flushes the memtable, so this bounds the snapshot pause too.
+	// flushes (PebbleCutFlush) or copies the WAL of (PebbleCutWAL) the
+	// unflushed memtables, so this bounds the snapshot pause too.
 	MemTableSize int64
+	// Cut is how a snapshot comes to hold the writes still in memtables
+	// (default PebbleCutWAL).
+	Cut PebbleCut
 	// CacheSize is the block cache, in bytes (default 64 MiB). The backends
 	// of one Factory share one cache; OpenPebble makes its own.
 	CacheSize int64
@@ -30,6 +34,37 @@ type PebbleOptions struct {
 	// Logger receives Pebble's own messages: info at debug level, errors at
 	// error level. nil discards them (Pebble's default logger is chatty).
 	Logger *slog.Logger
+}
+
+// PebbleCut is how Snapshot captures the writes that are still in memtables,
+// so that a checkpoint holds exactly the writes made before it.
+type PebbleCut int
+
+const (
+	// PebbleCutDefault is PebbleCutWAL.
+	PebbleCutDefault PebbleCut = iota
+	// PebbleCutWAL keeps a write-ahead log (never synced: local files are
+	// not the truth) and lets the checkpoint copy it: Snapshot does not
+	// flush, and a restore replays the copied log. The pause grows with the
+	// bytes written since the last background flush (at most a memtable or
+	// a few), copied within the page cache; each checkpoint uploads those
+	// log bytes again.
+	PebbleCutWAL
+	// PebbleCutFlush runs without a WAL and flushes the memtable in
+	// Snapshot: the pause includes writing an SST of up to a memtable.
+	PebbleCutFlush
+)
+
+func (c PebbleCut) String() string {
+	switch c {
+	case PebbleCutDefault:
+		return "default"
+	case PebbleCutWAL:
+		return "wal"
+	case PebbleCutFlush:
+		return "flush"
+	}
+	return fmt.Sprintf("PebbleCut(%d)", int(c))
 }
 
 const (
@@ -48,6 +83,11 @@ func (o PebbleOptions) withDefaults() (PebbleOptions, error) {
 		return o, fmt.Errorf("state: pebble: CacheSize %d is negative", o.CacheSize)
 	case o.UploadParallelism < 0:
 		return o, fmt.Errorf("state: pebble: UploadParallelism %d is negative", o.UploadParallelism)
+	case o.Cut < PebbleCutDefault || o.Cut > PebbleCutFlush:
+		return o, fmt.Errorf("state: pebble: unknown %v", o.Cut)
+	}
+	if o.Cut == PebbleCutDefault {
+		o.Cut = PebbleCutWAL
 	}
 	if o.MemTableSize == 0 {
 		o.MemTableSize = defaultMemTableSize
@@ -87,9 +127,10 @@ func NewPebble(opts PebbleOptions) Factory {
 // immutable SSTs plus copies of the small mutable files), and an upload sends
 // only the SSTs this store instance has not uploaded before.
 //
-// The local directory is a cache, never the truth: there is no WAL, and
-// OpenPebble discards whatever a previous process left in dir. What survives
-// a crash is what the last checkpoint uploaded.
+// The local directory is a cache, never the truth: nothing is synced (the
+// WAL, if any, only feeds checkpoints), and OpenPebble discards whatever a
+// previous process left in dir. What survives a crash is what the last
+// checkpoint uploaded.
 //
 // Layout under dir:
 //
@@ -186,10 +227,12 @@ func removeStale(dir string) error {
 
 func (p *Pebble) pebbleOptions() *pebble.Options {
 	return &pebble.Options{
-		FS:                 noSyncFS{vfs.Default},
-		Cache:              p.cache,
-		MemTableSize:       uint64(p.opts.MemTableSize),
-		DisableWAL:         true, // the checkpoint is the durability
+		FS:           noSyncFS{vfs.Default},
+		Cache:        p.cache,
+		MemTableSize: uint64(p.opts.MemTableSize),
+		// The checkpoint is the durability; a WAL, unsynced, only lets the
+		// checkpoint carry the memtables without a flush.
+		DisableWAL:         p.opts.Cut != PebbleCutWAL,
 		FormatMajorVersion: pebble.FormatNewest,
 		Merger:             listMerger,
 		Logger:             pebbleLogger{p.opts.Logger},
@@ -352,7 +395,7 @@ func (p *Pebble) Map(name string) (MapTable, error) {
 }
 
 // Close implements Backend. It deletes the local DB (a cache of the last
-// checkpoint plus later writes, useless without a WAL); outstanding snapshots
+// checkpoint plus later writes, never reopened); outstanding snapshots
 // stay valid until released.
 func (p *Pebble) Close() error {
 	if p.db == nil {

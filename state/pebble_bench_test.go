@@ -3,10 +3,12 @@ package state
 import (
 	"context"
 	"encoding/binary"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,9 +24,19 @@ import (
 //
 //	go test ./state/ -run '^$' -bench PebbleCheckpoint -benchtime 20x
 //	WEIR_BENCH_MEMTABLE_MB=16 go test ./state/ -run '^$' -bench PebbleCheckpoint/state=1024MB -benchtime 20x
+//	WEIR_BENCH_CUT=flush go test ./state/ -run '^$' -bench PebbleCheckpoint/state=1024MB -benchtime 20x
+//	go test ./state/ -run '^$' -bench PebbleCheckpoint/state=4096MB -benchtime 20x -timeout 60m
+//
+// The 4096MB case (minutes to fill, 4+ GB of disk twice over) runs only when
+// -bench names it.
 func BenchmarkPebbleCheckpoint(b *testing.B) {
-	for _, mb := range []int{64, 256, 1024} {
-		b.Run(fmt.Sprintf("state=%dMB", mb), func(b *testing.B) { benchCheckpoint(b, mb<<20) })
+	for _, mb := range []int{64, 256, 1024, 4096} {
+		b.Run(fmt.Sprintf("state=%dMB", mb), func(b *testing.B) {
+			if mb > 1024 && !strings.Contains(flag.Lookup("test.bench").Value.String(), fmt.Sprintf("state=%dMB", mb)) {
+				b.Skipf("run with -bench PebbleCheckpoint/state=%dMB", mb)
+			}
+			benchCheckpoint(b, mb<<20)
+		})
 	}
 }
 
@@ -36,7 +48,8 @@ func benchCheckpoint(b *testing.B, size int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	p, err := OpenPebble(b.TempDir(), PebbleOptions{MemTableSize: benchMemtable()})
+	opts := PebbleOptions{MemTableSize: benchMemtable(), Cut: benchCut(b)}
+	p, err := OpenPebble(b.TempDir(), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,8 +89,8 @@ func benchCheckpoint(b *testing.B, size int) {
 	}
 	s, first := cycle() // the full upload
 	firstPause := s.Pause()
-	b.Logf("filled %d MB in %v; first checkpoint: pause %v, %d files, %.1f MB",
-		size>>20, fill.Round(time.Millisecond), firstPause.Round(time.Microsecond), len(first.Files), float64(first.Size)/(1<<20))
+	b.Logf("cut %v: filled %d MB in %v; first checkpoint: pause %v, %d files, %.1f MB",
+		opts.Cut, size>>20, fill.Round(time.Millisecond), firstPause.Round(time.Microsecond), len(first.Files), float64(first.Size)/(1<<20))
 
 	var pauses, flushes []time.Duration
 	var uploaded, total, mutable int64
@@ -114,7 +127,7 @@ func benchCheckpoint(b *testing.B, size int) {
 	b.ReportMetric(100*float64(uploaded)/float64(total), "upload-%")
 	b.ReportMetric(float64(mutable)/n/(1<<10), "mutable-KB/ckpt")
 
-	q, err := OpenPebble(b.TempDir(), PebbleOptions{})
+	q, err := OpenPebble(b.TempDir(), opts)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -134,4 +147,20 @@ func benchMemtable() int64 {
 	var mb int64
 	fmt.Sscan(os.Getenv("WEIR_BENCH_MEMTABLE_MB"), &mb)
 	return mb << 20
+}
+
+// benchCut is the cut to benchmark, from WEIR_BENCH_CUT (wal or flush;
+// empty: the backend's default).
+func benchCut(b *testing.B) PebbleCut {
+	switch c := os.Getenv("WEIR_BENCH_CUT"); c {
+	case "":
+		return PebbleCutDefault
+	case "wal":
+		return PebbleCutWAL
+	case "flush":
+		return PebbleCutFlush
+	default:
+		b.Fatalf("WEIR_BENCH_CUT=%q: want wal or flush", c)
+		return 0
+	}
 }

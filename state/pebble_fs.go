@@ -5,10 +5,14 @@ import (
 )
 
 // noSyncFS is the local filesystem without fsync. The local DB is never the
-// truth (there is no WAL, and a new backend discards what an earlier one left
-// on disk: state comes back from checkpoint storage only), so durability of
-// local files buys nothing, while every fsync of a flush, a compaction or a
-// checkpoint lengthens the snapshot pause on a busy disk.
+// truth (the WAL, if any, is never synced, and a new backend discards what an
+// earlier one left on disk: state comes back from checkpoint storage only),
+// so durability of local files buys nothing, while every fsync of a flush, a
+// compaction or a checkpoint lengthens the snapshot pause on a busy disk.
+//
+// It does not recycle WAL files either: recycling only saves fsync work, and
+// a checkpoint copies a WAL file whole, so a recycled file's stale tail would
+// be copied and uploaded with every checkpoint.
 type noSyncFS struct{ vfs.FS }
 
 func (fs noSyncFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
@@ -23,8 +27,13 @@ func (fs noSyncFS) OpenDir(name string) (vfs.File, error) {
 	return noSync(fs.FS.OpenDir(name))
 }
 
+// ReuseForWrite declines to reuse, as its contract allows: it deletes
+// oldname and creates newname empty.
 func (fs noSyncFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	return noSync(fs.FS.ReuseForWrite(oldname, newname, c))
+	if err := fs.FS.Remove(oldname); err != nil {
+		return nil, err
+	}
+	return fs.Create(newname, c)
 }
 
 func (fs noSyncFS) Unwrap() vfs.FS { return fs.FS }

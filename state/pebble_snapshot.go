@@ -10,24 +10,29 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weirstream/weir/checkpoint"
 )
 
-// Snapshot implements Backend: it flushes the memtable (there is no WAL, so
-// only flushed data is in a checkpoint) and makes a Pebble checkpoint, hard
-// links to the SSTs, in a directory of its own. It runs on the goroutine that
-// writes, so nothing is written meanwhile and the checkpoint holds exactly
-// the writes before the call. Its cost is the flush of at most one memtable
-// plus the checkpoint, which grows with the number of files.
+// Snapshot implements Backend: it makes a Pebble checkpoint, hard links to
+// the SSTs plus copies of the mutable files, in a directory of its own. The
+// writes still in memtables get there by the cut (see PebbleCut): with
+// PebbleCutWAL the checkpoint copies the WAL (flushed to the file first),
+// with PebbleCutFlush Snapshot flushes the memtable first. It runs on the
+// goroutine that writes, so nothing is written meanwhile and the checkpoint
+// holds exactly the writes before the call. Its cost is the WAL copy or the
+// flush, plus the checkpoint, which grows with the number of files.
 func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 	if p.db == nil {
 		return nil, ErrClosed
 	}
 	start := time.Now()
-	if err := p.db.Flush(); err != nil {
-		return nil, fmt.Errorf("state: pebble: snapshot %d: flush: %w", id, err)
+	if p.opts.Cut == PebbleCutFlush {
+		if err := p.db.Flush(); err != nil {
+			return nil, fmt.Errorf("state: pebble: snapshot %d: flush: %w", id, err)
+		}
 	}
 	flushed := time.Now()
 	p.snapN++
@@ -35,7 +40,10 @@ func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("state: pebble: snapshot %d: %w", id, err)
 	}
-	if err := p.db.Checkpoint(dir); err != nil {
+	// WithFlushedWAL writes out the log records still buffered in memory
+	// (the sync it asks for is a no-op here); without it the copy may miss
+	// the last writes. Without a WAL it does nothing.
+	if err := p.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
 		return nil, fmt.Errorf("state: pebble: snapshot %d: checkpoint: %w", id, err)
 	}
 	ents, err := os.ReadDir(dir)
@@ -73,11 +81,12 @@ type PebbleSnapshot struct {
 	released bool
 }
 
-// Pause is how long Snapshot took (flush and checkpoint): the time the
-// operator did not process records.
+// Pause is how long Snapshot took (flush, if any, and checkpoint): the time
+// the operator did not process records.
 func (s *PebbleSnapshot) Pause() time.Duration { return s.pause }
 
-// FlushTime is the part of Pause spent flushing the memtable.
+// FlushTime is the part of Pause spent flushing the memtable (zero with
+// PebbleCutWAL).
 func (s *PebbleSnapshot) FlushTime() time.Duration { return s.flush }
 
 // isShared tells the immutable files (SSTs and blob files: Pebble never

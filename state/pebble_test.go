@@ -32,6 +32,15 @@ func openTestPebble(t testing.TB, opts PebbleOptions) *Pebble {
 // data still see many SSTs.
 var smallPebble = PebbleOptions{MemTableSize: 256 << 10, CacheSize: 1 << 20}
 
+// pebbleCuts are the cuts the snapshot tests run with.
+var pebbleCuts = []PebbleCut{PebbleCutWAL, PebbleCutFlush}
+
+// withCut returns opts with cut c.
+func withCut(opts PebbleOptions, c PebbleCut) PebbleOptions {
+	opts.Cut = c
+	return opts
+}
+
 // backendKinds are the backends the contract tests run on.
 var backendKinds = []struct {
 	name string
@@ -39,6 +48,7 @@ var backendKinds = []struct {
 }{
 	{"memory", func(t testing.TB) Backend { return OpenMemory(MemoryOptions{}) }},
 	{"pebble", func(t testing.TB) Backend { return openTestPebble(t, smallPebble) }},
+	{"pebble-flush", func(t testing.TB) Backend { return openTestPebble(t, withCut(smallPebble, PebbleCutFlush)) }},
 }
 
 // trickyKeys are keys whose encodings could collide or misorder: the empty
@@ -195,14 +205,16 @@ func TestPebbleAgainstMemory(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d (replay with STATE_SEED=%d)", seed, seed)
-	for run := range 2 {
-		t.Run(fmt.Sprint(run), func(t *testing.T) {
-			pebbleRandomRun(t, rand.New(rand.NewPCG(seed, uint64(run))), 1000)
-		})
+	for _, cut := range pebbleCuts {
+		for run := range 2 {
+			t.Run(fmt.Sprintf("%v/%d", cut, run), func(t *testing.T) {
+				pebbleRandomRun(t, rand.New(rand.NewPCG(seed, uint64(run))), 1000, cut)
+			})
+		}
 	}
 }
 
-func pebbleRandomRun(t *testing.T, r *rand.Rand, steps int) {
+func pebbleRandomRun(t *testing.T, r *rand.Rand, steps int, cut PebbleCut) {
 	ctx := context.Background()
 	st := newFakeStorage()
 	names := []string{"va", "vb", "la", "lb", "ma", "mb"}
@@ -214,7 +226,7 @@ func pebbleRandomRun(t *testing.T, r *rand.Rand, steps int) {
 		mem, peb Backend
 	}
 	open := func() pair {
-		return pair{OpenMemory(MemoryOptions{}), openTestPebble(t, PebbleOptions{MemTableSize: 64 << 10, CacheSize: 1 << 20})}
+		return pair{OpenMemory(MemoryOptions{}), openTestPebble(t, PebbleOptions{MemTableSize: 64 << 10, CacheSize: 1 << 20, Cut: cut})}
 	}
 	// Declaration order differs between instances so that table ids differ.
 	declare := func(b Backend) {
@@ -385,9 +397,9 @@ func names(refs []checkpoint.FileRef) []string {
 	return out
 }
 
-func restoreFresh(t *testing.T, st checkpoint.Storage, h checkpoint.StateHandle) *Pebble {
+func restoreFresh(t *testing.T, st checkpoint.Storage, h checkpoint.StateHandle, opts PebbleOptions) *Pebble {
 	t.Helper()
-	q := openTestPebble(t, smallPebble)
+	q := openTestPebble(t, opts)
 	mustValue(t, q, "v")
 	if err := q.Restore(context.Background(), st, h); err != nil {
 		t.Fatalf("restore: %v", err)
@@ -398,11 +410,18 @@ func restoreFresh(t *testing.T, st checkpoint.Storage, h checkpoint.StateHandle)
 // TestPebbleIncremental checks that a second checkpoint uploads only the
 // files the first did not, that each checkpoint restores to exactly its own
 // state on a fresh directory, and that a restored store references the
-// restored files again without uploading them.
+// restored files again without uploading them. Checkpoints 1 and 2 hold
+// writes still in the memtable, which the cut must carry.
 func TestPebbleIncremental(t *testing.T) {
+	for _, cut := range pebbleCuts {
+		t.Run(cut.String(), func(t *testing.T) { testPebbleIncremental(t, withCut(smallPebble, cut)) })
+	}
+}
+
+func testPebbleIncremental(t *testing.T, opts PebbleOptions) {
 	ctx := context.Background()
 	st := newFakeStorage()
-	p := openTestPebble(t, smallPebble)
+	p := openTestPebble(t, opts)
 	v := mustValue(t, p, "v")
 	const n = 2000
 	fillValues(t, v, 0, n, 200, "one")
@@ -411,6 +430,12 @@ func TestPebbleIncremental(t *testing.T) {
 	if err := p.db.Compact(context.Background(), []byte{0}, []byte{0xff}, false); err != nil {
 		t.Fatal(err)
 	}
+	if opts.Cut == PebbleCutWAL {
+		// In the memtable only, and partly overwritten after Snapshot. (With
+		// the flush cut this would be one more L0 file, and the restored
+		// store of checkpoint 3 could compact the files it should reuse.)
+		fillValues(t, v, n, n+20, 200, "one")
+	}
 	want1 := readAll(t, p, 2*n)
 	s1, err := p.Snapshot(1)
 	if err != nil {
@@ -418,7 +443,7 @@ func TestPebbleIncremental(t *testing.T) {
 	}
 	// Writes after Snapshot must not reach it, even before its upload.
 	fillValues(t, v, 0, n/100, 200, "two") // 1% updated
-	fillValues(t, v, n, n+n/100, 200, "two")
+	fillValues(t, v, n+10, n+10+n/100, 200, "two")
 	v.Delete(k(n - 1))
 	want2 := readAll(t, p, 2*n)
 
@@ -487,13 +512,26 @@ func TestPebbleIncremental(t *testing.T) {
 		t.Errorf("second checkpoint: incremental %d (want %d), size %d, %d files reused", h2.Incremental, wantInc, h2.Size, sharedFiles)
 	}
 	t.Logf("checkpoint 1: %d files, %d bytes; checkpoint 2: %d files, %d bytes, %d uploaded", len(h1.Files), h1.Size, len(h2.Files), h2.Size, h2.Incremental)
+	// With the WAL cut the unflushed writes travel in a log file, else in an
+	// SST the flush wrote.
+	for i, h := range []checkpoint.StateHandle{h1, h2} {
+		var logBytes int64
+		for _, f := range h.Files {
+			if strings.HasSuffix(f.Local, ".log") {
+				logBytes += f.Size
+			}
+		}
+		if wal := opts.Cut == PebbleCutWAL; wal != (logBytes > 0) {
+			t.Errorf("checkpoint %d (cut %v): %d bytes of WAL", i+1, opts.Cut, logBytes)
+		}
+	}
 
 	// Each checkpoint restores to its own state.
-	q1 := restoreFresh(t, st, h1)
+	q1 := restoreFresh(t, st, h1, opts)
 	if got := readAll(t, q1, 2*n); !maps.Equal(got, want1) {
 		t.Errorf("checkpoint 1 restored %d keys, want %d (writes after Snapshot leaked?)", len(got), len(want1))
 	}
-	q2 := restoreFresh(t, st, h2)
+	q2 := restoreFresh(t, st, h2, opts)
 	if got := readAll(t, q2, 2*n); !maps.Equal(got, want2) {
 		t.Errorf("checkpoint 2 restored %d keys, want %d", len(got), len(want2))
 	}
@@ -532,7 +570,7 @@ func TestPebbleIncremental(t *testing.T) {
 		t.Errorf("after restore: %d files reused, incremental %d (want %d), instances %s %s", reused, h3.Incremental, inc, q2.Instance(), p.Instance())
 	}
 	want3 := readAll(t, q2, 3*n)
-	if got := readAll(t, restoreFresh(t, st, h3), 3*n); !maps.Equal(got, want3) {
+	if got := readAll(t, restoreFresh(t, st, h3, opts), 3*n); !maps.Equal(got, want3) {
 		t.Errorf("checkpoint 3 restored %d keys, want %d", len(got), len(want3))
 	}
 }
@@ -543,6 +581,9 @@ func TestPebbleRestoreBadFile(t *testing.T) {
 	ctx := context.Background()
 	p := openTestPebble(t, smallPebble)
 	fillValues(t, mustValue(t, p, "v"), 0, 2000, 100, "x")
+	if err := p.db.Flush(); err != nil { // SSTs to damage, whatever the cut
+		t.Fatal(err)
+	}
 	s, err := p.Snapshot(1)
 	if err != nil {
 		t.Fatal(err)
@@ -714,7 +755,7 @@ func TestPebbleHandlesAndTimers(t *testing.T) {
 
 func TestPebbleOpenAndClose(t *testing.T) {
 	dir := t.TempDir()
-	for _, bad := range []PebbleOptions{{MemTableSize: -1}, {CacheSize: -1}, {UploadParallelism: -1}, {MemTableSize: 4 << 30}} {
+	for _, bad := range []PebbleOptions{{MemTableSize: -1}, {CacheSize: -1}, {UploadParallelism: -1}, {MemTableSize: 4 << 30}, {Cut: -1}, {Cut: PebbleCutFlush + 1}} {
 		if _, err := OpenPebble(dir, bad); err == nil {
 			t.Errorf("OpenPebble accepted %+v", bad)
 		}
@@ -731,8 +772,8 @@ func TestPebbleOpenAndClose(t *testing.T) {
 	keep := filepath.Join(dir, "not-ours")
 	os.WriteFile(keep, nil, 0o644)
 
-	// A new backend in the same directory starts empty: without a WAL, local
-	// files are no truth.
+	// A new backend in the same directory starts empty: local files, WAL
+	// included, are no truth.
 	b, err := NewPebble(PebbleOptions{})(0, "op", dir)
 	if err != nil {
 		t.Fatal(err)
@@ -762,12 +803,19 @@ func TestPebbleOpenAndClose(t *testing.T) {
 // in state, checkpoints it with writes going on, restores it on a fresh
 // directory and reads every key back.
 func TestPebbleLargerThanMemory(t *testing.T) {
+	for _, cut := range pebbleCuts {
+		t.Run(cut.String(), func(t *testing.T) {
+			testPebbleLargerThanMemory(t, PebbleOptions{MemTableSize: 1 << 20, CacheSize: 1 << 20, Cut: cut})
+		})
+	}
+}
+
+func testPebbleLargerThanMemory(t *testing.T, opts PebbleOptions) {
 	ctx := context.Background()
 	st, err := checkpoint.NewFile(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := PebbleOptions{MemTableSize: 1 << 20, CacheSize: 1 << 20}
 	p := openTestPebble(t, opts)
 	v := mustValue(t, p, "v")
 	const n, size = 32 << 10, 512 // 16 MiB of values
