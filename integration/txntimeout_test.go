@@ -75,7 +75,9 @@ func txnTimeoutScenario(t *testing.T, partitions int32, armAt int64) {
 		for _, cm := range committablesOf(s.lost[task]) {
 			for {
 				rec := describeTxn(ctx, t, adm, cm.TransactionalID)
-				if !rec.open(cm) {
+				// PrepareAbort is the way to CompleteAbort: the markers are
+				// still being written. Wait for the end state.
+				if !rec.open(cm) && rec.State != "PrepareAbort" {
 					t.Logf("task %d checkpoint %d: transaction %s (producer %d, epoch %d) now %s at epoch %d",
 						task, s.lost[task].Checkpoint, cm.TransactionalID, cm.ProducerID, cm.Epoch, rec.State, rec.Epoch)
 					// kfake keeps no Complete* states: after an abort it

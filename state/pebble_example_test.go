@@ -10,8 +10,11 @@ import (
 	"github.com/weirstream/weir/state"
 )
 
-// A Pebble backend checkpoints into storage and restores from it elsewhere;
-// the second checkpoint uploads only files the first did not.
+// A Pebble backend checkpoints into storage and restores from it elsewhere.
+// Immutable SSTs go to the task's shared folder, uploaded once and referenced
+// by every later checkpoint that still contains them (TestPebbleIncremental
+// checks what a second checkpoint uploads: here a compaction may merge the
+// two tiny SSTs, so it is not printed).
 func ExamplePebble() {
 	ctx := context.Background()
 	st := checkpoint.NewMemory(checkpoint.MemoryOptions{MaxObjectSize: -1})
@@ -46,7 +49,6 @@ func ExamplePebble() {
 	h1 := checkpointOnce(1)
 	count.Set(42)
 	h2 := checkpointOnce(2)
-	fmt.Println("second checkpoint uploaded less than its size:", h2.Incremental < h2.Size)
 	for _, f := range h1.Files {
 		if f.Shared {
 			fmt.Println("an SST is shared:", strings.HasPrefix(f.Name, "job/shared/0/counts/"))
@@ -65,7 +67,6 @@ func ExamplePebble() {
 	n, _, _ := count2.Get()
 	fmt.Println("restored:", n)
 	// Output:
-	// second checkpoint uploaded less than its size: true
 	// an SST is shared: true
 	// restored: 42
 }

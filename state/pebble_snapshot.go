@@ -52,18 +52,39 @@ func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 		return nil, fmt.Errorf("state: pebble: snapshot %d: %w", id, err)
 	}
 	s := &PebbleSnapshot{id: id, dir: dir, shared: p.shared, instance: p.instance, parallel: p.opts.UploadParallelism}
+	var wal int64
 	for _, e := range ents {
 		if !e.Type().IsRegular() {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("state: pebble: snapshot %d: unexpected %s in checkpoint", id, e.Name())
 		}
 		s.files = append(s.files, e.Name())
+		if strings.HasSuffix(e.Name(), ".log") {
+			if fi, err := e.Info(); err == nil {
+				wal += fi.Size()
+			}
+		}
+	}
+	if p.opts.Cut != PebbleCutFlush && wal > walFlushThreshold {
+		// This checkpoint carried a lot as WAL: flush it in the
+		// background, so the next cut copies (and uploads) only the
+		// writes made after this one, and these go up once, as a shared
+		// SST. Not waited for: processing resumes at once.
+		if _, err := p.db.AsyncFlush(); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("state: pebble: snapshot %d: start flush: %w", id, err)
+		}
 	}
 	slices.Sort(s.files)
 	s.pause, s.flush = time.Since(start), flushed.Sub(start)
 	p.opts.Logger.Debug("pebble snapshot", "checkpoint", id, "pause", s.pause, "flush", s.flush, "files", len(s.files))
 	return s, nil
 }
+
+// walFlushThreshold is how much WAL a checkpoint may carry before Snapshot
+// starts a background flush: below it, copying and uploading the log each
+// checkpoint is cheaper than a small SST and the compactions it brings.
+const walFlushThreshold = 1 << 20
 
 // PebbleSnapshot is the synchronous part of a Pebble snapshot: a Pebble
 // checkpoint in a local directory, removed by Release.

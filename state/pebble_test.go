@@ -566,7 +566,12 @@ func testPebbleIncremental(t *testing.T, opts PebbleOptions) {
 			t.Errorf("new shared file %s not under the new instance %s", f.Name, q2.Instance())
 		}
 	}
-	if reused == 0 || h3.Incremental != inc || q2.Instance() == p.Instance() {
+	// How many restored SSTs survive to checkpoint 3 is up to Pebble's
+	// compactions (the WAL replayed at restore is flushed, and L0 may be
+	// compacted away); what must hold is that a surviving one is not
+	// uploaded again, checked above.
+	t.Logf("after restore: %d restored files reused by checkpoint 3", reused)
+	if h3.Incremental != inc || q2.Instance() == p.Instance() {
 		t.Errorf("after restore: %d files reused, incremental %d (want %d), instances %s %s", reused, h3.Incremental, inc, q2.Instance(), p.Instance())
 	}
 	want3 := readAll(t, q2, 3*n)
