@@ -298,6 +298,12 @@ func (p *proc) Terminate(d time.Duration) (err error, graceful bool) {
 	if p.Exited() {
 		return p.exitErr, false
 	}
+	// A process that has logged has installed its signal handlers (the
+	// processor does so first thing); a SIGTERM before that would kill a
+	// just-restarted worker with the default action.
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	_, _, _ = p.WaitLine(ctx, 0, func(l string) bool { return strings.Contains(l, "level=") })
+	cancel()
 	p.Signal(syscall.SIGTERM)
 	select {
 	case <-p.exited:
