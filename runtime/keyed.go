@@ -203,18 +203,24 @@ func (o *keyedOp[K, In, Out]) barrier(id checkpoint.ID) error {
 
 func (o *keyedOp[K, In, Out]) end() error { return o.out.end() }
 
-func (o *keyedOp[K, In, Out]) nextTimer() (time.Time, bool) { return o.timers.Next() }
-
 func (o *keyedOp[K, In, Out]) fireTimers(now time.Time) error {
-	return o.timers.FireDue(now, func(ts time.Time) (err error) {
-		defer o.recoverTo(&err)
-		k, err := o.codec.Decode(o.scope.Key())
+	return fireKeyedTimers(&o.keyedState, o.codec, &o.ctx, o.proc.OnTimer, now)
+}
+
+func (k *keyedState) nextTimer() (time.Time, bool) { return k.timers.Next() }
+
+// fireKeyedTimers fires the due timers of a keyed operator, each with its
+// key decoded into ctx, turning errors and panics into RecordErrors.
+func fireKeyedTimers[K, Out any](k *keyedState, codec state.Codec[K], ctx *Context[K, Out], onTimer func(*Context[K, Out], time.Time) error, now time.Time) error {
+	return k.timers.FireDue(now, func(ts time.Time) (err error) {
+		defer k.recoverTo(&err)
+		key, err := codec.Decode(k.scope.Key())
 		if err != nil {
-			return fmt.Errorf("operator %s: decode timer key: %w", o.name, err)
+			return fmt.Errorf("operator %s: decode timer key: %w", k.name, err)
 		}
-		o.ctx.key = k
-		if err := o.proc.OnTimer(&o.ctx, ts); err != nil {
-			return o.recordErr(fmt.Errorf("timer %s: %w", ts.Format(time.RFC3339Nano), err))
+		ctx.key = key
+		if err := onTimer(ctx, ts); err != nil {
+			return k.recordErr(fmt.Errorf("timer %s: %w", ts.Format(time.RFC3339Nano), err))
 		}
 		return nil
 	})

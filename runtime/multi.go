@@ -276,21 +276,8 @@ func (o *coProcessOp[K, In1, In2, Out]) snapshot(id checkpoint.ID, alignment tim
 
 func (o *coProcessOp[K, In1, In2, Out]) end() error { return o.out.end() }
 
-func (o *coProcessOp[K, In1, In2, Out]) nextTimer() (time.Time, bool) { return o.timers.Next() }
-
 func (o *coProcessOp[K, In1, In2, Out]) fireTimers(now time.Time) error {
-	return o.timers.FireDue(now, func(ts time.Time) (err error) {
-		defer o.recoverTo(&err)
-		k, err := o.codec.Decode(o.scope.Key())
-		if err != nil {
-			return fmt.Errorf("operator %s: decode timer key: %w", o.name, err)
-		}
-		o.ctx.key = k
-		if err := o.proc.OnTimer(&o.ctx, ts); err != nil {
-			return o.recordErr(fmt.Errorf("timer %s: %w", ts.Format(time.RFC3339Nano), err))
-		}
-		return nil
-	})
+	return fireKeyedTimers(&o.keyedState, o.codec, &o.ctx, o.proc.OnTimer, now)
 }
 
 // CoProcess adds a keyed operator over two streams keyed alike: both inputs
