@@ -134,7 +134,11 @@ func (k *keyedState) restore(t *task) error {
 		return nil
 	}
 	if err := k.backend.Restore(t.ctx, t.storage, *a.State); err != nil {
-		return fmt.Errorf("operator %s: restore state: %w", k.name, err)
+		err = fmt.Errorf("operator %s: restore state of checkpoint %d: %w", k.name, t.restoredFrom, err)
+		if errors.Is(err, checkpoint.ErrCorrupt) || errors.Is(err, checkpoint.ErrNotFound) {
+			return &unusableStateError{checkpoint: t.restoredFrom, err: err}
+		}
+		return err
 	}
 	if k.timers != nil {
 		if err := k.timers.Rebuild(); err != nil {

@@ -305,18 +305,26 @@ func Sink[T any](in *Port[T], name string, factory SinkFactory[T]) {
 	}
 	connect(in, n, 0)
 	n.build = func(t *task) error {
-		var restored []checkpoint.Committable
-		if a := t.restoredAck(n.name); a != nil {
-			restored = a.Committables
-		}
-		w, err := factory(t.ctx, t.info(n.name), restored)
-		if err != nil {
-			return fmt.Errorf("open sink %s: %w", n.name, err)
-		}
-		op := &sinkOp[T]{opBase: t.base(n), ctx: t.ctx, writer: w}
+		op := &sinkOp[T]{opBase: t.base(n), ctx: t.ctx}
 		t.setEndpoints(n, op)
 		t.addNotifiee(n, op)
-		t.addCloser(op.close)
+		// The writer opens, resuming the restored committables, only once
+		// every operator's state restored: a checkpoint whose state turns
+		// out unusable can then still be walked back past, its transactions
+		// not committed by this attempt.
+		t.addOpener(func() error {
+			var restored []checkpoint.Committable
+			if a := t.restoredAck(n.name); a != nil {
+				restored = a.Committables
+			}
+			w, err := factory(t.ctx, t.info(n.name), restored)
+			if err != nil {
+				return fmt.Errorf("open sink %s: %w", n.name, err)
+			}
+			op.writer = w
+			t.addCloser(op.close)
+			return nil
+		})
 		return nil
 	}
 }

@@ -20,6 +20,17 @@ var ErrSuperseded = checkpoint.ErrSuperseded
 // cannot restore without skipping that output, and it never does so silently.
 var ErrNoValidCheckpoint = errors.New("no valid checkpoint")
 
+// unusableStateError: the state of the checkpoint a task restored from
+// cannot be read back (a file is missing or fails its checksum). The
+// supervisor restarts the task at once, walking back past that checkpoint.
+type unusableStateError struct {
+	checkpoint checkpoint.ID
+	err        error // names the operator and the file
+}
+
+func (e *unusableStateError) Error() string { return e.err.Error() }
+func (e *unusableStateError) Unwrap() error { return e.err }
+
 // txnKey identifies one pre-committed transaction.
 type txnKey struct {
 	id    string
@@ -51,6 +62,11 @@ func committables(m checkpoint.Manifest) []checkpoint.Committable {
 //   - a manifest with a lost committable is not valid: walk back. Walking
 //     back past it re-derives its output, which is only right if none of its
 //     transactions was committed; if one was, the task fails loudly;
+//   - a manifest whose state could not be restored (t.unusable: a file is
+//     missing or corrupt) is walked back past like one with lost output,
+//     under the same rule: its committed transactions forbid it. Those of
+//     its transactions not yet committed are aborted when the sink
+//     re-initialises its transactional ids;
 //   - if no manifest is valid, the task fails loudly with what was lost.
 //
 // A zombie's manifest is not skipped for its epoch: it is a consistent cut
@@ -91,6 +107,14 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 		if err != nil {
 			return 0, fmt.Errorf("check committables of checkpoint %d: %w", m.Checkpoint, err)
 		}
+		if bad := t.unusable[m.Checkpoint]; bad != nil {
+			t.log.Error("checkpoint state is unusable, walking back", "checkpoint", m.Checkpoint, "err", bad)
+			lost = append(lost, fmt.Sprintf("checkpoint %d: %v", m.Checkpoint, bad))
+			for j, c := range cs {
+				rejected[keyOf(c)] = outcomes[j]
+			}
+			continue
+		}
 		var gone []string
 		for j, o := range outcomes {
 			if o == CommitLost {
@@ -98,7 +122,7 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 			}
 		}
 		if len(gone) == 0 {
-			if err := checkWalkBack(m, cs, rejected); err != nil {
+			if err := checkWalkBack(m, cs, rejected, lost); err != nil {
 				return 0, err
 			}
 			if len(rejected) > 0 {
@@ -118,16 +142,16 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 
 // checkWalkBack refuses to restore m when a newer, rejected checkpoint had
 // a transaction committed that m does not cover: replaying from m would
-// write that output a second time.
-func checkWalkBack(m checkpoint.Manifest, cs []checkpoint.Committable, rejected map[txnKey]CommitOutcome) error {
+// write that output a second time. why says what made the newer ones unusable.
+func checkWalkBack(m checkpoint.Manifest, cs []checkpoint.Committable, rejected map[txnKey]CommitOutcome, why []string) error {
 	covered := map[txnKey]bool{}
 	for _, c := range cs {
 		covered[keyOf(c)] = true
 	}
 	for k, o := range rejected {
 		if o == CommitDone && !covered[k] {
-			return fmt.Errorf("%w: a checkpoint after %d was partly committed (%s) and partly lost; its output cannot be derived again without duplicates",
-				ErrNoValidCheckpoint, m.Checkpoint, k.id)
+			return fmt.Errorf("%w: restoring checkpoint %d would write the output of transaction %s again: it was committed, but the later checkpoint that covers it cannot be used (%s)",
+				ErrNoValidCheckpoint, m.Checkpoint, k.id, strings.Join(why, "; "))
 		}
 	}
 	return nil

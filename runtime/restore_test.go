@@ -18,9 +18,11 @@ func TestRestoreWalkBack(t *testing.T) {
 		name    string
 		ms      []man
 		corrupt checkpoint.ID // a manifest overwritten with garbage
-		outcome map[string]CommitOutcome
-		want    checkpoint.ID // restored checkpoint; 0 with wantErr
-		wantErr string
+		// unusable: checkpoints whose state failed to restore.
+		unusable []checkpoint.ID
+		outcome  map[string]CommitOutcome
+		want     checkpoint.ID // restored checkpoint; 0 with wantErr
+		wantErr  string
 		// superseded: the error is ErrSuperseded, not ErrNoValidCheckpoint.
 		superseded bool
 		// anyErr: any error naming wantErr (not a sentinel).
@@ -33,7 +35,7 @@ func TestRestoreWalkBack(t *testing.T) {
 		{name: "lost carried-over transaction is covered by the older checkpoint", ms: []man{{1, []string{"a"}}, {1, []string{"a", "b"}}},
 			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitLost}, want: 1},
 		{name: "partly committed, partly lost", ms: []man{{1, []string{"a"}}, {1, []string{"b", "c"}}},
-			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitDone, "c": CommitLost}, wantErr: "partly committed"},
+			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitDone, "c": CommitLost}, wantErr: "was committed"},
 		{name: "every checkpoint lost", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
 			outcome: map[string]CommitOutcome{"a": CommitLost, "b": CommitLost}, wantErr: "checkpoint 1 lost a"},
 		{name: "fenced zombie manifest discarded", ms: []man{{5, nil}, {9, []string{"b"}}, {5, []string{"z"}}},
@@ -43,6 +45,16 @@ func TestRestoreWalkBack(t *testing.T) {
 		{name: "newer owner", ms: []man{{5, nil}, {11, nil}}, wantErr: "epoch 11", superseded: true},
 		{name: "unreadable newest fails the restore", ms: []man{{1, nil}, {1, nil}}, corrupt: 2, wantErr: "checkpoint 2", anyErr: true},
 		{name: "no checkpoint", want: 0},
+		{name: "unusable state, no transactions: walk back", ms: []man{{1, nil}, {1, nil}, {1, nil}},
+			unusable: []checkpoint.ID{3}, want: 2},
+		{name: "unusable state twice: walk back twice", ms: []man{{1, nil}, {1, nil}, {1, nil}},
+			unusable: []checkpoint.ID{3, 2}, want: 1},
+		{name: "unusable state, transaction not yet committed: walk back", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
+			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitResumable}, unusable: []checkpoint.ID{2}, want: 1},
+		{name: "unusable state, transaction committed: refuse", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
+			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitDone}, unusable: []checkpoint.ID{2}, wantErr: "transaction b again: it was committed"},
+		{name: "unusable state of the only checkpoint", ms: []man{{1, nil}},
+			unusable: []checkpoint.ID{1}, wantErr: "checkpoint 1: file x is corrupt"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,7 +88,10 @@ func TestRestoreWalkBack(t *testing.T) {
 			if err := cfg.Validate("j"); err == nil {
 				t.Fatal("config without tasks and storage validated")
 			}
-			tk := &task{job: "j", storage: st, cfg: cfg, log: cfg.Logger}
+			tk := &task{job: "j", storage: st, cfg: cfg, log: cfg.Logger, unusable: map[checkpoint.ID]error{}}
+			for _, id := range tc.unusable {
+				tk.unusable[id] = errors.New("file x is corrupt")
+			}
 			_, err := tk.restore(ctx)
 			if tc.wantErr != "" {
 				want := ErrNoValidCheckpoint

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/weirstream/weir/checkpoint"
 )
 
 // Run runs the tasks cfg names until every one has finished its input (and
@@ -34,14 +36,24 @@ func Run(ctx context.Context, plan *Plan, cfg Config) error {
 func superviseTask(ctx context.Context, plan *Plan, cfg *Config, id int) error {
 	backoff := cfg.RestartBackoff
 	failures := 0
+	unusable := map[checkpoint.ID]error{}
 	for {
-		t := newTask(plan, cfg, id)
+		t := newTask(plan, cfg, id, unusable)
 		err := t.run(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		if err == nil {
 			return nil
+		}
+		// A checkpoint whose state cannot be read back is not retried: the
+		// next attempt walks back past it, at once.
+		var bad *unusableStateError
+		if errors.As(err, &bad) && unusable[bad.checkpoint] == nil {
+			unusable[bad.checkpoint] = bad
+			t.log.Error("cannot restore the state of checkpoint, falling back to the previous one", "checkpoint", bad.checkpoint, "err", err)
+			cfg.Observer.TaskFailed(plan.Name(), id, err, true)
+			continue
 		}
 		t.mu.Lock()
 		progressed := t.completed

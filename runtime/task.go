@@ -41,6 +41,12 @@ type task struct {
 	// restoredFrom is the checkpoint the task restored from, 0 if none.
 	restoredFrom checkpoint.ID
 	closers      []func() error
+	// openers run after every node is built and its state restored.
+	openers []func() error
+	// unusable holds the checkpoints whose state could not be restored
+	// (a missing or corrupt file), kept by the supervisor across attempts:
+	// restore walks back past them.
+	unusable map[checkpoint.ID]error
 
 	driver  *checkpoint.Driver
 	uploads sync.WaitGroup
@@ -59,8 +65,9 @@ type task struct {
 	completed  bool          // a checkpoint completed during this run
 }
 
-func newTask(plan *Plan, cfg *Config, id int) *task {
+func newTask(plan *Plan, cfg *Config, id int, unusable map[checkpoint.ID]error) *task {
 	t := &task{
+		unusable: unusable,
 		job:      plan.g.name,
 		id:       id,
 		plan:     plan,
@@ -118,6 +125,8 @@ func (t *task) addTimed(n *node, x timed) {
 }
 
 func (t *task) addCloser(f func() error) { t.closers = append(t.closers, f) }
+
+func (t *task) addOpener(f func() error) { t.openers = append(t.openers, f) }
 
 func (t *task) restoredAck(operator string) *checkpoint.Ack { return t.restored[operator] }
 
@@ -279,6 +288,11 @@ func (t *task) run(ctx context.Context) (err error) {
 	nodes := t.plan.g.nodes
 	for i := len(nodes) - 1; i >= 0; i-- {
 		if err := nodes[i].build(t); err != nil {
+			return err
+		}
+	}
+	for _, open := range t.openers {
+		if err := open(); err != nil {
 			return err
 		}
 	}

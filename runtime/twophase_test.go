@@ -49,6 +49,25 @@ func (s *txnStore[T]) commit(txn string) error {
 	return nil
 }
 
+// check tells the runtime what became of pre-committed transactions, as
+// sink.Check does for Kafka.
+func (s *txnStore[T]) check(_ context.Context, cs []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]runtime.CommitOutcome, len(cs))
+	for i, c := range cs {
+		switch _, open := s.pending[c.TransactionalID]; {
+		case s.done[c.TransactionalID]:
+			out[i] = runtime.CommitDone
+		case open:
+			out[i] = runtime.CommitResumable
+		default:
+			out[i] = runtime.CommitLost
+		}
+	}
+	return out, nil
+}
+
 // abortTask drops every pending transaction of a task, as initialising a
 // transactional id does.
 func (s *txnStore[T]) abortTask(task int) {
