@@ -6,11 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -18,9 +21,10 @@ import (
 
 // PebbleOptions configure the Pebble backend. The zero value is usable.
 type PebbleOptions struct {
-	// MemTableSize bounds one memtable, in bytes (default 64 MiB). Snapshot
+	// MemTableSize bounds one memtable, in bytes (default 64 MiB). A cut
 	// flushes (PebbleCutFlush) or copies the WAL of (PebbleCutWAL) the
-	// unflushed memtables, so this bounds the snapshot pause too.
+	// unflushed memtables, so this bounds the cut's length too: the write
+	// window, not the pause at the barrier.
 	MemTableSize int64
 	// Cut is how a snapshot comes to hold the writes still in memtables
 	// (default PebbleCutWAL).
@@ -44,14 +48,14 @@ const (
 	// PebbleCutDefault is PebbleCutWAL.
 	PebbleCutDefault PebbleCut = iota
 	// PebbleCutWAL keeps a write-ahead log (never synced: local files are
-	// not the truth) and lets the checkpoint copy it: Snapshot does not
-	// flush, and a restore replays the copied log. The pause grows with the
+	// not the truth) and lets the checkpoint copy it: the cut does not
+	// flush, and a restore replays the copied log. The cut grows with the
 	// bytes written since the last background flush (at most a memtable or
 	// a few), copied within the page cache; each checkpoint uploads those
 	// log bytes again.
 	PebbleCutWAL
-	// PebbleCutFlush runs without a WAL and flushes the memtable in
-	// Snapshot: the pause includes writing an SST of up to a memtable.
+	// PebbleCutFlush runs without a WAL and flushes the memtable in the
+	// cut: the cut includes writing an SST of up to a memtable.
 	PebbleCutFlush
 )
 
@@ -164,7 +168,23 @@ type Pebble struct {
 	tables  map[string]*pebbleTable // declared
 	catalog map[string]catalogEntry // as stored in db
 	nextID  uint64
-	snapN   int
+	// window, if not nil, takes the writes while a snapshot's cut runs in
+	// the background; windowCut tells that the cut is done, so the next
+	// write may close the window. iters counts open iterators: a window
+	// closes only when none reads its batch.
+	window    *writeWindow
+	windowCut atomic.Bool
+	iters     int
+	// flushing is closed when the background flush the last cut started is
+	// done; nil if none was started since. Only cuts use it, one at a time.
+	flushing <-chan struct{}
+	snapN    int
+	// cutHook, if set, runs first in the next cut (tests hold cuts open
+	// with it).
+	cutHook func()
+	// lastApply is how long closing the last write window took (for the
+	// benchmark).
+	lastApply time.Duration
 
 	getBuf []byte
 	keyBuf []byte
@@ -239,6 +259,21 @@ func (p *Pebble) pebbleOptions() *pebble.Options {
 		// Each checkpoint uploads the whole MANIFEST: rotate it early (Pebble
 		// still waits until the edits outnumber the live files).
 		MaxManifestFileSize: 1 << 20,
+		// Pebble stops writes when L0 holds 12 sublevels, and a memtable
+		// rotation (AsyncFlush in a cut) waits out such a stall: hundreds
+		// of milliseconds, measured at 1 GB with 1% churn per checkpoint.
+		// Let L0 grow instead (reads get slower until compactions catch
+		// up), as CockroachDB does.
+		L0StopWritesThreshold: 1000,
+		// A write window's batch over half a memtable is applied as a
+		// memtable of its own; with only two allowed, that apply waits
+		// for the flush a cut started.
+		MemTableStopWritesThreshold: 4,
+		// Larger files than Pebble's default (2 MB in L0, doubling per
+		// level from Lbase): a cut links every file, so at 4 GB the
+		// default's 1,700 files made the cut, and the write window with
+		// it, several times longer.
+		TargetFileSizes: [7]int64{8 << 20},
 	}
 }
 
@@ -358,7 +393,11 @@ func (p *Pebble) declare(name string, kind tableKind) (*pebbleTable, error) {
 		t.setID(p.nextID)
 		p.nextID++
 		e := catalogEntry{kind: kind, id: t.id}
-		if err := p.db.Set(catalogKey(name), e.encode(), pebble.NoSync); err != nil {
+		rw, err := p.rw()
+		if err != nil {
+			return nil, err
+		}
+		if err := rw.Set(catalogKey(name), e.encode(), pebble.NoSync); err != nil {
 			return nil, fmt.Errorf("state: pebble: declare %q: %w", name, err)
 		}
 		p.catalog[name] = e
@@ -394,6 +433,75 @@ func (p *Pebble) Map(name string) (MapTable, error) {
 	return (*pebbleMap)(t), nil
 }
 
+// writeWindow is where the writes of the task go while a snapshot's cut runs
+// on the DB: an indexed batch, so that reads see them over the DB.
+type writeWindow struct {
+	batch *pebble.Batch
+	snap  *PebbleSnapshot
+}
+
+// maxWindowBytes bounds the batch of a write window: past it, the next write
+// waits for the cut and applies the batch, rather than growing it further.
+const maxWindowBytes = 64 << 20
+
+// pebbleRW is what tables read and write: the DB, or during a write window
+// its batch.
+type pebbleRW interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+	NewIter(o *pebble.IterOptions) (*pebble.Iterator, error)
+	Set(key, value []byte, opts *pebble.WriteOptions) error
+	Merge(key, value []byte, opts *pebble.WriteOptions) error
+	Delete(key []byte, opts *pebble.WriteOptions) error
+	DeleteRange(start, end []byte, opts *pebble.WriteOptions) error
+}
+
+// rw returns where the tables read and write now, closing a write window
+// whose cut is done (or whose batch is full) if no iterator reads it.
+func (p *Pebble) rw() (pebbleRW, error) {
+	if p.db == nil {
+		return nil, ErrClosed
+	}
+	w := p.window
+	if w == nil {
+		return p.db, nil
+	}
+	if p.iters == 0 && (p.windowCut.Load() || w.batch.Len() > maxWindowBytes) {
+		if err := p.closeWindow(); err != nil {
+			return nil, err
+		}
+		return p.db, nil
+	}
+	return w.batch, nil
+}
+
+// closeWindow waits for the cut of the open write window, then applies the
+// window's writes to the DB.
+func (p *Pebble) closeWindow() error {
+	w := p.window
+	<-w.snap.done
+	p.window = nil
+	p.windowCut.Store(false)
+	start := time.Now()
+	err := p.db.Apply(w.batch, pebble.NoSync)
+	p.lastApply = time.Since(start)
+	w.batch.Close()
+	if err != nil {
+		return fmt.Errorf("state: pebble: apply the writes made during snapshot %d: %w", w.snap.id, err)
+	}
+	return nil
+}
+
+// dropWindow waits for the cut of the open write window, if any, and
+// discards its writes (the state is about to be replaced or deleted).
+func (p *Pebble) dropWindow() {
+	if w := p.window; w != nil {
+		<-w.snap.done
+		p.window = nil
+		p.windowCut.Store(false)
+		w.batch.Close()
+	}
+}
+
 // Close implements Backend. It deletes the local DB (a cache of the last
 // checkpoint plus later writes, never reopened); outstanding snapshots
 // stay valid until released.
@@ -401,6 +509,7 @@ func (p *Pebble) Close() error {
 	if p.db == nil {
 		return nil
 	}
+	p.dropWindow()
 	err := p.db.Close()
 	p.db = nil
 	if rerr := os.RemoveAll(p.dbDir); err == nil && rerr != nil {

@@ -26,6 +26,7 @@ func (p *Pebble) Restore(ctx context.Context, st checkpoint.Storage, handle chec
 	if p.db == nil {
 		return ErrClosed
 	}
+	p.dropWindow()
 	if handle.Backend != "pebble" {
 		return fmt.Errorf("state: restore a %q snapshot into the pebble backend", handle.Backend)
 	}
@@ -63,6 +64,7 @@ func (p *Pebble) Restore(ctx context.Context, st checkpoint.Storage, handle chec
 
 	old, oldDir := p.db, p.dbDir
 	p.db, p.dbDir, p.instance, p.shared = db, dbDir, inst, newSharedSet(have)
+	p.flushing = nil
 	p.catalog = cat
 	p.nextID = 1
 	for _, e := range cat {

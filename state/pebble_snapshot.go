@@ -16,47 +16,77 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 )
 
-// Snapshot implements Backend: it makes a Pebble checkpoint, hard links to
-// the SSTs plus copies of the mutable files, in a directory of its own. The
-// writes still in memtables get there by the cut (see PebbleCut): with
-// PebbleCutWAL the checkpoint copies the WAL (flushed to the file first),
-// with PebbleCutFlush Snapshot flushes the memtable first. It runs on the
-// goroutine that writes, so nothing is written meanwhile and the checkpoint
-// holds exactly the writes before the call. Its cost is the WAL copy or the
-// flush, plus the checkpoint, which grows with the number of files.
+// Snapshot implements Backend. The synchronous part is tiny: from this
+// call on, the store's writes go to an indexed batch that reads see through
+// (the write window), and a background goroutine makes the Pebble checkpoint
+// of the DB, which nothing writes meanwhile: hard links to the SSTs plus
+// copies of the mutable files, in a directory of its own. So the checkpoint
+// holds exactly the writes before the call, whatever the cut costs: with
+// PebbleCutWAL it copies the WAL (flushed to the file first), with
+// PebbleCutFlush it flushes the memtable first; either way it grows with the
+// number of files. The first write after the checkpoint is done applies the
+// window's batch to the DB (so does Snapshot, if the last one is still open).
 func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 	if p.db == nil {
 		return nil, ErrClosed
 	}
 	start := time.Now()
-	if p.opts.Cut == PebbleCutFlush {
-		if err := p.db.Flush(); err != nil {
-			return nil, fmt.Errorf("state: pebble: snapshot %d: flush: %w", id, err)
+	if p.window != nil {
+		if err := p.closeWindow(); err != nil {
+			return nil, fmt.Errorf("state: pebble: snapshot %d: %w", id, err)
 		}
 	}
-	flushed := time.Now()
 	p.snapN++
 	dir := filepath.Join(p.dir, "snap", fmt.Sprintf("%s-%d", p.instance, p.snapN))
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("state: pebble: snapshot %d: %w", id, err)
 	}
+	s := &PebbleSnapshot{id: id, dir: dir, shared: p.shared, instance: p.instance, parallel: p.opts.UploadParallelism, done: make(chan struct{})}
+	p.window = &writeWindow{batch: p.db.NewIndexedBatch(), snap: s}
+	hook := p.cutHook
+	go func() {
+		defer close(s.done)
+		if hook != nil {
+			hook()
+		}
+		cutStart := time.Now()
+		s.err = p.cut(s)
+		s.cut = time.Since(cutStart)
+		p.windowCut.Store(true)
+	}()
+	s.pause = time.Since(start)
+	return s, nil
+}
+
+// cut makes the Pebble checkpoint of s, on the background goroutine of the
+// write window: the task writes to the window's batch meanwhile, never to
+// the DB.
+func (p *Pebble) cut(s *PebbleSnapshot) error {
+	fail := func(err error) error {
+		os.RemoveAll(s.dir)
+		return fmt.Errorf("state: pebble: snapshot %d: %w", s.id, err)
+	}
+	if p.opts.Cut == PebbleCutFlush {
+		start := time.Now()
+		if err := p.db.Flush(); err != nil {
+			return fail(fmt.Errorf("flush: %w", err))
+		}
+		s.flush = time.Since(start)
+	}
 	// WithFlushedWAL writes out the log records still buffered in memory
 	// (the sync it asks for is a no-op here); without it the copy may miss
 	// the last writes. Without a WAL it does nothing.
-	if err := p.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
-		return nil, fmt.Errorf("state: pebble: snapshot %d: checkpoint: %w", id, err)
+	if err := p.db.Checkpoint(s.dir, pebble.WithFlushedWAL()); err != nil {
+		return fail(fmt.Errorf("checkpoint: %w", err))
 	}
-	ents, err := os.ReadDir(dir)
+	ents, err := os.ReadDir(s.dir)
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("state: pebble: snapshot %d: %w", id, err)
+		return fail(err)
 	}
-	s := &PebbleSnapshot{id: id, dir: dir, shared: p.shared, instance: p.instance, parallel: p.opts.UploadParallelism}
 	var wal int64
 	for _, e := range ents {
 		if !e.Type().IsRegular() {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("state: pebble: snapshot %d: unexpected %s in checkpoint", id, e.Name())
+			return fail(fmt.Errorf("unexpected %s in checkpoint", e.Name()))
 		}
 		s.files = append(s.files, e.Name())
 		if strings.HasSuffix(e.Name(), ".log") {
@@ -65,50 +95,83 @@ func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 			}
 		}
 	}
-	if p.opts.Cut != PebbleCutFlush && wal > walFlushThreshold {
+	slices.Sort(s.files)
+	if p.opts.Cut != PebbleCutFlush && wal > walFlushThreshold && !p.flushRunning() {
 		// This checkpoint carried a lot as WAL: flush it in the
 		// background, so the next cut copies (and uploads) only the
 		// writes made after this one, and these go up once, as a shared
-		// SST. Not waited for: processing resumes at once.
-		if _, err := p.db.AsyncFlush(); err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("state: pebble: snapshot %d: start flush: %w", id, err)
+		// SST. Not waited for. Not started while the last one runs: a
+		// second queued memtable would make Pebble stall this call (and
+		// the window with it) until the first is flushed.
+		flushed, err := p.db.AsyncFlush()
+		if err != nil {
+			return fail(fmt.Errorf("start flush: %w", err))
 		}
+		p.flushing = flushed
 	}
-	slices.Sort(s.files)
-	s.pause, s.flush = time.Since(start), flushed.Sub(start)
-	p.opts.Logger.Debug("pebble snapshot", "checkpoint", id, "pause", s.pause, "flush", s.flush, "files", len(s.files))
-	return s, nil
+	p.opts.Logger.Debug("pebble snapshot cut", "checkpoint", s.id, "flush", s.flush, "files", len(s.files), "wal", wal)
+	return nil
 }
 
-// walFlushThreshold is how much WAL a checkpoint may carry before Snapshot
+// flushRunning tells whether the background flush cut started last is still
+// running. Only the window's goroutine calls it.
+func (p *Pebble) flushRunning() bool {
+	if p.flushing == nil {
+		return false
+	}
+	select {
+	case <-p.flushing:
+		p.flushing = nil
+		return false
+	default:
+		return true
+	}
+}
+
+// walFlushThreshold is how much WAL a checkpoint may carry before the cut
 // starts a background flush: below it, copying and uploading the log each
 // checkpoint is cheaper than a small SST and the compactions it brings.
 const walFlushThreshold = 1 << 20
 
-// PebbleSnapshot is the synchronous part of a Pebble snapshot: a Pebble
-// checkpoint in a local directory, removed by Release.
+// PebbleSnapshot is a snapshot of the Pebble backend: a Pebble checkpoint in
+// a local directory, made in the background from Snapshot on, removed by
+// Release.
 type PebbleSnapshot struct {
 	id       checkpoint.ID
 	dir      string
 	instance string
 	shared   *sharedSet
-	files    []string
 	parallel int
 	pause    time.Duration
-	flush    time.Duration
+
+	// Set by the cut before done closes.
+	done  chan struct{}
+	err   error
+	files []string
+	flush time.Duration
+	cut   time.Duration
 
 	mu       sync.Mutex
 	released bool
 }
 
-// Pause is how long Snapshot took (flush, if any, and checkpoint): the time
-// the operator did not process records.
+// Pause is how long Snapshot took: the time the operator did not process
+// records at the barrier.
 func (s *PebbleSnapshot) Pause() time.Duration { return s.pause }
 
-// FlushTime is the part of Pause spent flushing the memtable (zero with
-// PebbleCutWAL).
-func (s *PebbleSnapshot) FlushTime() time.Duration { return s.flush }
+// CutTime is how long the background cut took (flush, if any, and the
+// Pebble checkpoint): the length of the write window. It waits for the cut.
+func (s *PebbleSnapshot) CutTime() time.Duration {
+	<-s.done
+	return s.cut
+}
+
+// FlushTime is the part of CutTime spent flushing the memtable (zero with
+// PebbleCutWAL). It waits for the cut.
+func (s *PebbleSnapshot) FlushTime() time.Duration {
+	<-s.done
+	return s.flush
+}
 
 // isShared tells the immutable files (SSTs and blob files: Pebble never
 // rewrites a file number) from the mutable ones (MANIFEST, OPTIONS, markers,
@@ -134,6 +197,14 @@ func (s *PebbleSnapshot) Upload(ctx context.Context, st checkpoint.Storage, dir,
 	s.mu.Unlock()
 	if released {
 		return checkpoint.StateHandle{}, fmt.Errorf("state: pebble: upload snapshot of checkpoint %d after release", s.id)
+	}
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return checkpoint.StateHandle{}, ctx.Err()
+	}
+	if s.err != nil {
+		return checkpoint.StateHandle{}, s.err
 	}
 	refs := make([]checkpoint.FileRef, len(s.files))
 	fresh := make([]bool, len(s.files))
@@ -178,9 +249,10 @@ func (s *PebbleSnapshot) Upload(ctx context.Context, st checkpoint.Storage, dir,
 	return h, nil
 }
 
-// Release implements Snapshot: it removes the checkpoint directory. It may
-// run on any goroutine, more than once.
+// Release implements Snapshot: it removes the checkpoint directory, once the
+// cut is done. It may run on any goroutine, more than once.
 func (s *PebbleSnapshot) Release() {
+	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.released {

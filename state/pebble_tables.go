@@ -15,12 +15,7 @@ import (
 // Scan see the table as it was when they started: writes fn makes (deleting
 // an entry not reached yet, say) do not change what they visit.
 
-func (t *pebbleTable) db() (*pebble.DB, error) {
-	if t.p.db == nil {
-		return nil, ErrClosed
-	}
-	return t.p.db, nil
-}
+func (t *pebbleTable) db() (pebbleRW, error) { return t.p.rw() }
 
 // key builds prefix||k in the backend's key buffer; Pebble copies keys on
 // write and does not keep them on read.
@@ -95,6 +90,10 @@ func (t *pebbleTable) scan(lo, hi []byte, skip int, fn func(k, v []byte) error) 
 	if err != nil {
 		return t.wrap("iterate", err)
 	}
+	// While the iterator reads a write window's batch, the window stays
+	// open: fn's writes go to the batch, which the iterator does not see.
+	t.p.iters++
+	defer func() { t.p.iters-- }()
 	for ok := it.First(); ok; ok = it.Next() {
 		v, err := it.ValueAndErr()
 		if err != nil {
@@ -164,6 +163,10 @@ func (l *pebbleList) Iterate(key []byte, fn func(value []byte) error) error {
 		return t.wrap("iterate", err)
 	}
 	defer closer.Close()
+	// data may point into a write window's batch: keep it open while fn
+	// runs (and maybe writes).
+	t.p.iters++
+	defer func() { t.p.iters-- }()
 	if err := eachListItem(data, fn); errors.Is(err, errCorruptList) {
 		return t.wrap("iterate", err)
 	} else if err != nil {

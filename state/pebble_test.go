@@ -246,6 +246,16 @@ func pebbleRandomRun(t *testing.T, r *rand.Rand, steps int, cut PebbleCut) {
 	cur := open()
 	declare(cur.mem)
 	declare(cur.peb)
+	// Each Pebble cut is held until the next snapshot, upload or restore,
+	// so that the operations in between run in its write window.
+	var gates []chan struct{}
+	openGates := func() {
+		for _, g := range gates {
+			close(g)
+		}
+		gates = nil
+	}
+	defer openGates() // also when the test fails: Close waits for the cut
 	type snap struct{ mem, peb Snapshot }
 	type done struct{ mem, peb checkpoint.StateHandle }
 	var out []snap
@@ -291,6 +301,10 @@ func pebbleRandomRun(t *testing.T, r *rand.Rand, steps int, cut PebbleCut) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				openGates()
+				gate := make(chan struct{})
+				gates = append(gates, gate)
+				cur.peb.(*Pebble).cutHook = func() { <-gate }
 				sp, err := cur.peb.Snapshot(id)
 				if err != nil {
 					t.Fatal(err)
@@ -302,6 +316,7 @@ func pebbleRandomRun(t *testing.T, r *rand.Rand, steps int, cut PebbleCut) {
 				i := r.IntN(len(out))
 				s := out[i]
 				out = slices.Delete(out, i, i+1)
+				openGates()
 				dir := fmt.Sprintf("chk-%d/", step)
 				hm, err := s.mem.Upload(ctx, st, dir+"mem/", "shared/mem/")
 				if err != nil {
@@ -320,6 +335,7 @@ func pebbleRandomRun(t *testing.T, r *rand.Rand, steps int, cut PebbleCut) {
 			}
 		case op < 95:
 			if len(uploaded) > 0 {
+				openGates()
 				d := uploaded[r.IntN(len(uploaded))]
 				if r.IntN(2) == 0 {
 					// In place, as after a failure; outstanding snapshots live on.
@@ -349,6 +365,7 @@ func pebbleRandomRun(t *testing.T, r *rand.Rand, steps int, cut PebbleCut) {
 		}
 	}
 	check(steps, "end")
+	openGates()
 	for _, s := range out {
 		s.mem.Release()
 		s.peb.Release()
@@ -770,9 +787,11 @@ func TestPebbleOpenAndClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	mustValue(t, p, "v").Put([]byte("k"), []byte("stale"))
-	if _, err := p.Snapshot(1); err != nil { // left behind, as by a crash
+	s, err := p.Snapshot(1) // left behind, as by a crash
+	if err != nil {
 		t.Fatal(err)
 	}
+	s.(*PebbleSnapshot).CutTime() // the cut is done
 	p.db.Close()
 	keep := filepath.Join(dir, "not-ours")
 	os.WriteFile(keep, nil, 0o644)
