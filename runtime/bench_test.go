@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"os"
 	"slices"
 	"sync"
 	"testing"
@@ -33,6 +34,18 @@ func (p *pauses) quantile(q float64) time.Duration {
 	s := slices.Clone(p.d)
 	slices.Sort(s)
 	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+// benchBackend is the memory backend, or with WEIR_PREFETCH=0 the memory
+// backend without its Prefetcher, so that one command line can compare both:
+//
+//	for i in 1 2 3; do for p in 0 1; do WEIR_PREFETCH=$p go test ./runtime -run '^$' -bench KeyedCount -cpu 1 -benchtime 20000000x; done; done
+func benchBackend() state.Factory {
+	f := state.NewMemory(state.MemoryOptions{})
+	if os.Getenv("WEIR_PREFETCH") == "0" {
+		return withoutPrefetch(f)
+	}
+	return f
 }
 
 // BenchmarkKeyedCount runs source -> Map -> KeyBy -> keyed count (memory
@@ -89,11 +102,12 @@ func BenchmarkKeyedCount(b *testing.B) {
 			b.ResetTimer()
 			start := time.Now()
 			err = runtime.Run(b.Context(), plan, runtime.Config{
-				Tasks:      []int{0},
-				Storage:    st,
-				Checkpoint: checkpoint.Config{Interval: bc.interval},
-				StateDir:   b.TempDir(),
-				Observer:   obs,
+				Tasks:        []int{0},
+				Storage:      st,
+				Checkpoint:   checkpoint.Config{Interval: bc.interval},
+				StateDir:     b.TempDir(),
+				StateBackend: benchBackend(),
+				Observer:     obs,
 			})
 			elapsed := time.Since(start)
 			b.StopTimer()

@@ -178,6 +178,11 @@ type keyedOp[K, In, Out any] struct {
 	proc   Processor[K, In, Out]
 	ctx    Context[K, Out]
 	out    endpoint[Out]
+
+	// pf is the backend if it prefetches (see prefetchBatch); group holds
+	// the keys of the records at hand.
+	pf    state.Prefetcher
+	group keyGroup[K]
 }
 
 func (o *keyedOp[K, In, Out]) apply(v In) (err error) {
@@ -197,6 +202,9 @@ func (o *keyedOp[K, In, Out]) collect(v In) error {
 }
 
 func (o *keyedOp[K, In, Out]) collectBatch(vals []In, pos []Position) error {
+	if o.pf != nil {
+		return o.prefetchBatch(o.pf, vals, pos)
+	}
 	return eachRecord(o.cursor, o.collect, vals, pos)
 }
 
@@ -263,6 +271,7 @@ func KeyedProcess[K, In, Out any](in *Keyed[K, In], name string, factory func(s 
 			return err
 		}
 		o.ctx = Context[K, Out]{out: o.out, timers: o.timers, cursor: o.cursor, now: t.now}
+		o.pf, _ = o.backend.(state.Prefetcher)
 		t.setEndpoints(n, o)
 		if o.timers != nil {
 			t.addTimed(n, o)

@@ -202,6 +202,9 @@ type valueMap struct {
 	mask   uint32
 	count  int
 	growAt int
+	// used is set by every lookup and cleared by Memory.Prefetch, which
+	// touches only the tables used since its last call.
+	used bool
 }
 
 func newValueMap(clk *clock, hint int) *valueMap {
@@ -245,6 +248,7 @@ func (m *valueMap) writable(i uint32) *slot {
 }
 
 func (m *valueMap) find(key []byte, h uint32) (uint32, bool) {
+	m.used = true
 	i := h & m.mask
 	for {
 		s := m.at(i)

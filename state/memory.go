@@ -34,7 +34,11 @@ type Memory struct {
 	opts   MemoryOptions
 	clk    *clock
 	tables map[string]memTable
+	// order holds the tables in the order they were declared, for Prefetch
+	// to walk without iterating a map.
+	order  []memTable
 	closed bool
+	sink   uint32 // keeps the loads of Prefetch
 }
 
 // OpenMemory opens an empty memory backend.
@@ -63,6 +67,7 @@ func (m *Memory) declare(name string, kind tableKind) (memTable, error) {
 	}
 	t := m.newTable(name, kind, m.opts.ExpectedKeys)
 	m.tables[name] = t
+	m.order = append(m.order, t)
 	return t, nil
 }
 
@@ -129,6 +134,7 @@ func (m *Memory) Snapshot(id checkpoint.ID) (Snapshot, error) {
 func (m *Memory) Close() error {
 	m.closed = true
 	m.tables = nil
+	m.order = nil
 	return nil
 }
 
@@ -212,6 +218,7 @@ func (m *Memory) Restore(ctx context.Context, st checkpoint.Storage, handle chec
 		t, ok := m.tables[name]
 		if !ok {
 			m.tables[name] = nt
+			m.order = append(m.order, nt)
 			continue
 		}
 		// Keep the declared table object: handles hold it.

@@ -36,6 +36,9 @@ type memTable interface {
 	view() tableView
 	// reset empties the table.
 	reset()
+	// index is the hash map every access to the table looks a key up in
+	// first (see Memory.Prefetch).
+	index() *valueMap
 }
 
 // tableView is a table frozen at a snapshot; its methods run on the upload
@@ -54,9 +57,10 @@ type memValue struct {
 	m    *valueMap
 }
 
-func (t *memValue) kind() tableKind { return kindValue }
-func (t *memValue) view() tableView { return valueTableView{t.m.view()} }
-func (t *memValue) reset()          { t.m.clear() }
+func (t *memValue) kind() tableKind  { return kindValue }
+func (t *memValue) view() tableView  { return valueTableView{t.m.view()} }
+func (t *memValue) reset()           { t.m.clear() }
+func (t *memValue) index() *valueMap { return t.m }
 
 func (t *memValue) Get(key []byte) ([]byte, bool, error) {
 	v, ok := t.m.get(key)
@@ -89,9 +93,10 @@ type memList struct {
 	scratch []byte
 }
 
-func (t *memList) kind() tableKind { return kindList }
-func (t *memList) view() tableView { return valueTableView{t.m.view()} }
-func (t *memList) reset()          { t.m.clear() }
+func (t *memList) kind() tableKind  { return kindList }
+func (t *memList) view() tableView  { return valueTableView{t.m.view()} }
+func (t *memList) reset()           { t.m.clear() }
+func (t *memList) index() *valueMap { return t.m }
 
 func (t *memList) Append(key, value []byte) error {
 	t.scratch = binary.AppendUvarint(t.scratch[:0], uint64(len(value)))
@@ -174,7 +179,8 @@ func newMemMap(name string, clk *clock, hint int) *memMap {
 	return &memMap{name: name, clk: clk, idx: newValueMap(clk, hint), objs: &slab[nested]{clk: clk}}
 }
 
-func (t *memMap) kind() tableKind { return kindMap }
+func (t *memMap) kind() tableKind  { return kindMap }
+func (t *memMap) index() *valueMap { return t.idx }
 
 func (t *memMap) reset() {
 	t.idx = newValueMap(t.clk, 0)
