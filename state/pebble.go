@@ -27,7 +27,7 @@ type PebbleOptions struct {
 	// window, not the pause at the barrier.
 	MemTableSize int64
 	// Cut is how a snapshot comes to hold the writes still in memtables
-	// (default PebbleCutWAL).
+	// (default PebbleCutFlush).
 	Cut PebbleCut
 	// CacheSize is the block cache, in bytes (default 64 MiB). The backends
 	// of one Factory share one cache; OpenPebble makes its own.
@@ -45,7 +45,11 @@ type PebbleOptions struct {
 type PebbleCut int
 
 const (
-	// PebbleCutDefault is PebbleCutWAL.
+	// PebbleCutDefault is PebbleCutFlush. Measured at 4 GB with 1% of the
+	// keys written per 1 s interval, the flush cut's write window was
+	// shorter and cheaper to close than the WAL cut's (no log copy, no
+	// log re-uploaded per checkpoint, no log written per write), and a
+	// restore has no log to replay.
 	PebbleCutDefault PebbleCut = iota
 	// PebbleCutWAL keeps a write-ahead log (never synced: local files are
 	// not the truth) and lets the checkpoint copy it: the cut does not
@@ -91,7 +95,7 @@ func (o PebbleOptions) withDefaults() (PebbleOptions, error) {
 		return o, fmt.Errorf("state: pebble: unknown %v", o.Cut)
 	}
 	if o.Cut == PebbleCutDefault {
-		o.Cut = PebbleCutWAL
+		o.Cut = PebbleCutFlush
 	}
 	if o.MemTableSize == 0 {
 		o.MemTableSize = defaultMemTableSize
