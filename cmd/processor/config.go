@@ -59,8 +59,9 @@ type Config struct {
 	// (Go maps, a full snapshot every checkpoint: tests and small state).
 	StateBackend string
 	// StateMemtableSize bounds a Pebble store's memtable, in bytes: every
-	// checkpoint flushes it, so it bounds the checkpoint's synchronous pause
-	// too. Default 64 MiB. Pebble only.
+	// checkpoint flushes it in the background, so it bounds how long the
+	// task's writes wait in a batch (not the pause at the barrier). Default
+	// 64 MiB. Pebble only.
 	StateMemtableSize int64
 	// StateCacheSize is the block cache shared by the worker's Pebble
 	// stores, in bytes. Default 64 MiB. Pebble only.
@@ -505,7 +506,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.MinPause, "min-pause", c.MinPause, "least time between the end of one checkpoint and the next")
 	fs.IntVar(&c.TolerableFailures, "tolerable-failures", c.TolerableFailures, "consecutive failed checkpoints tolerated before the task fails")
 	fs.StringVar(&c.StateBackend, "state-backend", c.StateBackend, "keyed state: pebble (local Pebble stores, incremental checkpoints) or memory (full checkpoints; tests, small state)")
-	fs.Var(bytesFlag{&c.StateMemtableSize}, "state-memtable-size", "Pebble memtable size per store, bytes or with K, M, G, KiB, MiB, GiB (binary); bounds the checkpoint pause")
+	fs.Var(bytesFlag{&c.StateMemtableSize}, "state-memtable-size", "Pebble memtable size per store, bytes or with K, M, G, KiB, MiB, GiB (binary); bounds the background flush of each checkpoint")
 	fs.Var(bytesFlag{&c.StateCacheSize}, "state-cache-size", "Pebble block cache shared by the worker's stores (bytes, or with K, M, G, KiB, MiB, GiB)")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "local state directory, a cache of the checkpoints (default: $TMPDIR/weir-state/<name>)")
 	fs.StringVar(&c.Delivery, "delivery", c.Delivery, "sink guarantee: exactly-once, at-least-once or none")
