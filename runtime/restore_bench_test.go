@@ -3,9 +3,11 @@ package runtime_test
 import (
 	"context"
 	"encoding/binary"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,7 +23,7 @@ import (
 
 // BenchmarkRestoreToFirstRecord measures a restore as a worker sees it: a
 // keyed job writes 1 GiB of Pebble state (1M keys, 1 KiB incompressible
-// values) and stops after its final checkpoint in file:// storage; then a
+// values; 4 GiB when named) and stops after its final checkpoint in file:// storage; then a
 // new run of the job on an empty state directory restores that checkpoint
 // (parallel download, checksums, open) and goes on reading. Reported: the
 // time from Run until the keyed operator has processed its first record, and
@@ -29,9 +31,21 @@ import (
 // (WEIR_S3_ENDPOINT, else an in-process S3 server over HTTP on 127.0.0.1).
 //
 //	go test ./runtime -run '^$' -bench RestoreToFirstRecord -benchtime 3x
+//	go test ./runtime -run '^$' -bench RestoreToFirstRecord/state=4GB -benchtime 3x -timeout 30m
 //	WEIR_BENCH_STORAGE=s3 go test ./runtime -run '^$' -bench RestoreToFirstRecord -benchtime 3x
 func BenchmarkRestoreToFirstRecord(b *testing.B) {
-	const keys, valSize = 1 << 20, 1 << 10
+	for _, gb := range []int64{1, 4} {
+		b.Run(fmt.Sprintf("state=%dGB", gb), func(b *testing.B) {
+			if gb > 1 && !strings.Contains(flag.Lookup("test.bench").Value.String(), fmt.Sprintf("state=%dGB", gb)) {
+				b.Skipf("run with -bench RestoreToFirstRecord/state=%dGB", gb)
+			}
+			benchRestore(b, gb<<20)
+		})
+	}
+}
+
+func benchRestore(b *testing.B, keys int64) {
+	const valSize = 1 << 10
 	st := benchStorage(b)
 	// build makes the job over records [0, n); first is closed when the
 	// keyed operator starts processing.
@@ -39,7 +53,7 @@ func BenchmarkRestoreToFirstRecord(b *testing.B) {
 		var once sync.Once
 		job := stream.NewJob("restore")
 		src := stream.Source(job, "numbers", stream.GeneratorSource(n, func(_ int, i int64) int64 { return i }))
-		keyed := stream.KeyBy(src, "by-key", func(i int64) uint64 { return uint64(i) % keys }, state.Uint64())
+		keyed := stream.KeyBy(src, "by-key", func(i int64) uint64 { return uint64(i % keys) }, state.Uint64())
 		out := stream.Process(keyed, "store", func(s *stream.Setup) (stream.Processor[uint64, int64, int64], error) {
 			v, err := stream.ValueState(s, "v", state.Bytes())
 			val := make([]byte, valSize)

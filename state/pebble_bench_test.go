@@ -20,13 +20,14 @@ import (
 // pause), Upload to file storage in the background while 1% of the keys are
 // updated at random, Release. One op is one cycle. It reports the Snapshot
 // pause (p50, p99), the longest single write or read of each cycle (closing
-// the write window applies its batch there), the background cut, the bytes
-// each checkpoint uploaded against the full size, and the time to restore
-// the last checkpoint onto an empty directory.
+// the write window applies its batch there), the background cut, the
+// checkpoint's duration (Snapshot until its upload is done), the bytes each
+// checkpoint uploaded against the full size, and the time to restore the
+// last checkpoint onto an empty directory.
 //
 //	go test ./state/ -run '^$' -bench PebbleCheckpoint -benchtime 20x
 //	WEIR_BENCH_MEMTABLE_MB=16 go test ./state/ -run '^$' -bench PebbleCheckpoint/state=1024MB -benchtime 20x
-//	WEIR_BENCH_CUT=flush go test ./state/ -run '^$' -bench PebbleCheckpoint/state=1024MB -benchtime 20x
+//	WEIR_BENCH_CUT=wal go test ./state/ -run '^$' -bench PebbleCheckpoint/state=1024MB -benchtime 20x
 //	WEIR_BENCH_INTERVAL=1s go test ./state/ -run '^$' -bench PebbleCheckpoint/state=1024MB -benchtime 20x
 //	go test ./state/ -run '^$' -bench PebbleCheckpoint/state=4096MB -benchtime 20x -timeout 60m
 //
@@ -100,12 +101,13 @@ func benchCheckpoint(b *testing.B, size int) {
 	// window until the cut is done; the write that closes the window
 	// applies it), then the next record's read.
 	interval := benchInterval(b)
-	var pauses, hiccups, cuts, applies []time.Duration
+	var pauses, hiccups, cuts, applies, durations []time.Duration
 	var uploaded, total, mutable int64
 	var last checkpoint.StateHandle
 	for b.Loop() {
 		id++
 		p.lastApply = 0
+		began := time.Now()
 		s, err := p.Snapshot(id)
 		if err != nil {
 			b.Fatal(err)
@@ -117,6 +119,7 @@ func benchCheckpoint(b *testing.B, size int) {
 		go func() {
 			defer close(up)
 			h, uerr = s.Upload(ctx, st, fmt.Sprintf("chk-%d/op/", id), "shared/op/")
+			durations = append(durations, time.Since(began))
 			s.Release()
 		}()
 		var worst time.Duration
@@ -171,6 +174,8 @@ func benchCheckpoint(b *testing.B, size int) {
 	b.ReportMetric(pct(hiccups, 0.99), "op-max-p99-ms")
 	b.ReportMetric(pct(applies, 0.5), "apply-p50-ms")
 	b.ReportMetric(pct(applies, 0.99), "apply-p99-ms")
+	b.ReportMetric(pct(durations, 0.5), "checkpoint-p50-ms")
+	b.ReportMetric(pct(durations, 0.99), "checkpoint-p99-ms")
 	b.ReportMetric(pct(cuts, 0.5), "cut-p50-ms")
 	b.ReportMetric(pct(cuts, 0.99), "cut-p99-ms")
 	b.ReportMetric(float64(uploaded)/n/(1<<20), "upload-MB/ckpt")
