@@ -45,6 +45,27 @@ func (w *objectWriter) bytes(b []byte) {
 	w.Write(b)
 }
 
+// record writes uvarint(len(key)) key uvarint(len(rec)) rec with one Write
+// into the buffer when it fits: four small Writes per entry were a tenth of
+// what a checkpoint of a million keys cost the task's core.
+func (w *objectWriter) record(key, rec []byte) {
+	n := len(key) + len(rec) + 2*binary.MaxVarintLen64
+	if w.Available() < n && n <= w.Size() {
+		w.Flush() // an error sticks; Flush at the end reports it
+	}
+	if w.Available() < n {
+		w.bytes(key)
+		w.bytes(rec)
+		return
+	}
+	b := w.AvailableBuffer()
+	b = binary.AppendUvarint(b, uint64(len(key)))
+	b = append(b, key...)
+	b = binary.AppendUvarint(b, uint64(len(rec)))
+	b = append(b, rec...)
+	w.Write(b)
+}
+
 func writeTable(w *objectWriter, name string, kind tableKind, v tableView) error {
 	w.WriteString(fileMagic)
 	w.WriteByte(formatVersion)
@@ -52,8 +73,7 @@ func writeTable(w *objectWriter, name string, kind tableKind, v tableView) error
 	w.bytes([]byte(name))
 	w.uvarint(uint64(v.count()))
 	return v.each(func(key, rec []byte) error {
-		w.bytes(key)
-		w.bytes(rec)
+		w.record(key, rec)
 		return nil // bufio keeps the first write error; Flush reports it
 	})
 }
