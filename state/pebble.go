@@ -278,6 +278,12 @@ func (p *Pebble) pebbleOptions() *pebble.Options {
 		// default's 1,700 files made the cut, and the write window with
 		// it, several times longer.
 		TargetFileSizes: [7]int64{8 << 20},
+		// Every checkpoint flushes a small L0 file; compacting L0 into
+		// Lbase after 8 of them instead of 4 rewrites Lbase half as often.
+		// With 1% of 1 GB written per 1 s interval the bytes uploaded per
+		// checkpoint fell from 14.0/10.7% to 11.7/9.5% of the full size
+		// (two runs each); point reads may look at more L0 files.
+		L0CompactionThreshold: 8,
 	}
 }
 
