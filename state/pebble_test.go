@@ -13,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/weirstream/weir/checkpoint"
 )
@@ -197,14 +196,7 @@ func TestBackendContract(t *testing.T) {
 // the Pebble and the memory backend side by side; every state, live or
 // restored, must be the same. STATE_SEED=n replays a run.
 func TestPebbleAgainstMemory(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("STATE_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Logf("seed %d (replay with STATE_SEED=%d)", seed, seed)
+	seed := testSeed(t)
 	for _, cut := range pebbleCuts {
 		for run := range 2 {
 			t.Run(fmt.Sprintf("%v/%d", cut, run), func(t *testing.T) {

@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/weirstream/weir/checkpoint"
 )
@@ -19,19 +17,7 @@ import (
 // read of both against a plain-map model, and snapshots taken meanwhile
 // against the model at the time they were taken. STATE_SEED=n replays a run.
 func TestPrefetchChangesNothing(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("STATE_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatal(err)
-		}
-	}
-	t.Logf("seed %d (replay with STATE_SEED=%d)", seed, seed)
-	defer func() {
-		if t.Failed() {
-			t.Logf("failed with seed %d", seed)
-		}
-	}()
+	seed := testSeed(t)
 	for run := range 4 {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
 			prefetchRun(t, rand.New(rand.NewPCG(seed, uint64(run))), 10_000)

@@ -15,10 +15,10 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 )
 
-// TestRandomAgainstModel runs random operations, snapshots, uploads and
-// restores against the memory backend and a plain-map model, and compares
-// them after every step that can diverge. STATE_SEED=n replays a run.
-func TestRandomAgainstModel(t *testing.T) {
+// testSeed is a random test's seed: STATE_SEED if set, else the clock. It
+// logs it, and logs it again if the test fails.
+func testSeed(t *testing.T) uint64 {
+	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("STATE_SEED"); s != "" {
 		var err error
@@ -27,11 +27,19 @@ func TestRandomAgainstModel(t *testing.T) {
 		}
 	}
 	t.Logf("seed %d (replay with STATE_SEED=%d)", seed, seed)
-	defer func() {
+	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("failed with seed %d", seed)
 		}
-	}()
+	})
+	return seed
+}
+
+// TestRandomAgainstModel runs random operations, snapshots, uploads and
+// restores against the memory backend and a plain-map model, and compares
+// them after every step that can diverge. STATE_SEED=n replays a run.
+func TestRandomAgainstModel(t *testing.T) {
+	seed := testSeed(t)
 	for run := range 4 {
 		t.Run(fmt.Sprint(run), func(t *testing.T) {
 			randomRun(t, rand.New(rand.NewPCG(seed, uint64(run))), 20_000)
