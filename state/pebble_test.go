@@ -547,15 +547,7 @@ func testPebbleIncremental(t *testing.T, opts PebbleOptions) {
 
 	// A restored store references the restored SSTs where they are.
 	fillValues(t, mustValue(t, q2, "v"), 2*n, 2*n+50, 200, "three")
-	s3, err := q2.Snapshot(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h3, err := s3.Upload(ctx, st, "chk-3/op/", "shared/op/")
-	s3.Release()
-	if err != nil {
-		t.Fatal(err)
-	}
+	h3 := checkpointNow(t, q2, st, 3)
 	in2 := map[string]checkpoint.FileRef{}
 	for _, f := range h2.Files {
 		in2[f.Local] = f
@@ -846,15 +838,7 @@ func testPebbleLargerThanMemory(t *testing.T, opts PebbleOptions) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s2, err := p.Snapshot(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h2, err := s2.Upload(ctx, st, "chk-2/op/", "shared/op/")
-	s2.Release()
-	if err != nil {
-		t.Fatal(err)
-	}
+	h2 := checkpointNow(t, p, st, 2)
 	if h2.Size < n*size {
 		t.Errorf("checkpoint 2: size %d; wrote %d bytes", h2.Size, n*size)
 	}
@@ -862,15 +846,7 @@ func testPebbleLargerThanMemory(t *testing.T, opts PebbleOptions) {
 	// rewrote meanwhile; a checkpoint after a few more writes must share
 	// nearly all of 2's.
 	fillValues(t, v, 0, 16, size, "b")
-	s3, err := p.Snapshot(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h3, err := s3.Upload(ctx, st, "chk-3/op/", "shared/op/")
-	s3.Release()
-	if err != nil {
-		t.Fatal(err)
-	}
+	h3 := checkpointNow(t, p, st, 3)
 	if h3.Incremental*10 > h3.Size {
 		t.Errorf("checkpoint 3 after 16 writes: size %d, incremental %d", h3.Size, h3.Incremental)
 	}
@@ -903,4 +879,20 @@ func testPebbleLargerThanMemory(t *testing.T, opts PebbleOptions) {
 			t.Fatalf("key %d after restore: ok %v, err %v, equal %v", i, ok, err, bytes.Equal(got, want))
 		}
 	}
+}
+
+// checkpointNow snapshots b as checkpoint id and uploads the snapshot to st
+// under chk-<id>/op/ (shared files under shared/op/).
+func checkpointNow(t *testing.T, b Backend, st checkpoint.Storage, id checkpoint.ID) checkpoint.StateHandle {
+	t.Helper()
+	s, err := b.Snapshot(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Release()
+	h, err := s.Upload(context.Background(), st, fmt.Sprintf("chk-%d/op/", id), "shared/op/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
