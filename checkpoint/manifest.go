@@ -89,6 +89,26 @@ const manifestFile = "manifest.json"
 
 func tasksDir(job string, task int) string { return job + "/tasks/" + strconv.Itoa(task) + "/" }
 
+// parseCheckpointObject splits an object name under a task's folder into
+// its checkpoint id and the rest of the name past the checkpoint's folder;
+// ok is false for a name this package does not write there.
+func parseCheckpointObject(job string, task int, name string) (id ID, rest string, ok bool) {
+	prefix := tasksDir(job, task)
+	dir, rest, ok := strings.Cut(strings.TrimPrefix(name, prefix), "/")
+	if !ok {
+		return 0, "", false
+	}
+	digits, ok := strings.CutPrefix(dir, "chk-")
+	if !ok {
+		return 0, "", false
+	}
+	n, err := strconv.ParseUint(digits, 10, 64)
+	if err != nil || CheckpointDir(job, task, ID(n)) != prefix+dir+"/" {
+		return 0, "", false
+	}
+	return ID(n), rest, true
+}
+
 // CheckpointDir is the folder of checkpoint id of a task, ending in "/".
 func CheckpointDir(job string, task int, id ID) string {
 	return fmt.Sprintf("%schk-%020d/", tasksDir(job, task), uint64(id))
@@ -116,19 +136,10 @@ func ListCheckpoints(ctx context.Context, st Storage, job string, task int) (com
 		return nil, 0, fmt.Errorf("list checkpoints of %s task %d: %w", job, task, err)
 	}
 	for _, name := range names {
-		dir, rest, ok := strings.Cut(strings.TrimPrefix(name, prefix), "/")
+		id, rest, ok := parseCheckpointObject(job, task, name)
 		if !ok {
 			continue
 		}
-		digits, ok := strings.CutPrefix(dir, "chk-")
-		if !ok {
-			continue
-		}
-		n, perr := strconv.ParseUint(digits, 10, 64)
-		if perr != nil {
-			continue
-		}
-		id := ID(n)
 		highest = max(highest, id)
 		if rest == manifestFile {
 			completed = append(completed, id)

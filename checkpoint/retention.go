@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strconv"
-	"strings"
 	"sync"
 )
 
@@ -286,22 +284,14 @@ func (r *Retainer) listFolders(ctx context.Context) (map[ID]*folder, error) {
 	}
 	folders := make(map[ID]*folder)
 	for _, name := range names {
-		dir, rest, ok := strings.Cut(strings.TrimPrefix(name, prefix), "/")
+		id, rest, ok := parseCheckpointObject(r.job, r.task, name)
 		if !ok {
-			continue
-		}
-		digits, ok := strings.CutPrefix(dir, "chk-")
-		if !ok {
-			continue
-		}
-		n, err := strconv.ParseUint(digits, 10, 64)
-		if err != nil || CheckpointDir(r.job, r.task, ID(n)) != prefix+dir+"/" {
 			continue // not a name this package writes
 		}
-		f := folders[ID(n)]
+		f := folders[id]
 		if f == nil {
 			f = &folder{}
-			folders[ID(n)] = f
+			folders[id] = f
 		}
 		if rest == manifestFile {
 			f.manifest = name
