@@ -159,6 +159,18 @@ func (c *Config[T]) Validate() error {
 	return errors.Join(errs...)
 }
 
+// record encodes v, addressed to c.Topic unless Encode chose a topic.
+func (c *Config[T]) record(v T) (*kgo.Record, error) {
+	r, err := c.Encode(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	if r.Topic == "" {
+		r.Topic = c.Topic
+	}
+	return r, nil
+}
+
 func (c *Config[T]) delivery() Delivery {
 	if c.Delivery == "" {
 		return ExactlyOnce

@@ -228,12 +228,9 @@ func (w *txnWriter[T]) Write(ctx context.Context, v T) error {
 	if err := w.failed.get(); err != nil {
 		return err
 	}
-	r, err := w.cfg.Encode(v)
+	r, err := w.cfg.record(v)
 	if err != nil {
-		return fmt.Errorf("encode: %w", err)
-	}
-	if r.Topic == "" {
-		r.Topic = w.cfg.Topic
+		return err
 	}
 	if w.cur < 0 {
 		i, err := w.pool.acquire()
@@ -366,12 +363,9 @@ func (w *plainWriter[T]) Write(ctx context.Context, v T) error {
 	if err := w.failed.get(); err != nil {
 		return err
 	}
-	r, err := w.cfg.Encode(v)
+	r, err := w.cfg.record(v)
 	if err != nil {
-		return fmt.Errorf("encode: %w", err)
-	}
-	if r.Topic == "" {
-		r.Topic = w.cfg.Topic
+		return err
 	}
 	w.cl.Produce(ctx, r, w.promise)
 	return nil
