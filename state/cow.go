@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/maphash"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -21,6 +22,8 @@ import (
 //   - A write to memory whose version is <= the highest version a live
 //     snapshot holds copies it first and stamps the copy with cur. Memory with
 //     a higher version is private to the live table and written in place.
+//     (A chunk of hash slots is usually serialised for the upload instead of
+//     copied: see chunkClaims.)
 //
 // Release lowers maxLive, so once no snapshot is outstanding every write is in
 // place again. Release may run on the upload goroutine: maxLive is atomic,
@@ -40,15 +43,17 @@ func newClock() *clock { return &clock{cur: 1, live: map[uint32]int{}} }
 // snapshot.
 func (c *clock) shared(v uint32) bool { return v <= c.maxLive.Load() }
 
-// take freezes everything written so far and returns the snapshot's version.
-func (c *clock) take() uint32 {
-	v := c.cur
+// take freezes everything written so far and returns the snapshot's version;
+// alone reports that no other snapshot is live.
+func (c *clock) take() (v uint32, alone bool) {
+	v = c.cur
 	c.cur++
 	c.mu.Lock()
 	c.live[v]++
+	alone = len(c.live) == 1 && c.live[v] == 1
 	c.maxLive.Store(max(c.maxLive.Load(), v))
 	c.mu.Unlock()
-	return v
+	return v, alone
 }
 
 func (c *clock) release(v uint32) {
@@ -205,6 +210,9 @@ type valueMap struct {
 	// used is set by every lookup and cleared by Memory.Prefetch, which
 	// touches only the tables used since its last call.
 	used bool
+	// claims is set while the snapshot that took the chunks is the only
+	// live one (see chunkClaims); nil makes writes copy shared chunks.
+	claims *chunkClaims
 }
 
 func newValueMap(clk *clock, hint int) *valueMap {
@@ -234,17 +242,24 @@ func (m *valueMap) hash(key []byte) uint32 {
 
 func (m *valueMap) at(i uint32) *slot { return &m.chunks[i>>chunkBits][i&chunkMask] }
 
-// writable returns slot i for writing, copying its chunk first if a live
-// snapshot may read it.
-func (m *valueMap) writable(i uint32) *slot {
+// own makes slot i writable (m.at(i) then returns it): if a live snapshot may
+// read its chunk, the chunk is first serialised for that snapshot's upload
+// (see chunkClaims) or, when that cannot be, copied. (It leaves the slot to
+// m.at: with it, it would not inline.)
+func (m *valueMap) own(i uint32) {
+	if m.vers[i>>chunkBits] <= m.clk.maxLive.Load() { // m.clk.shared, inlined by hand
+		m.unshare(i) // out of line, so that own inlines
+	}
+}
+
+func (m *valueMap) unshare(i uint32) {
 	ci := i >> chunkBits
-	if m.clk.shared(m.vers[ci]) {
+	if m.claims == nil || !m.claims.ownerTakes(ci) {
 		c := new(chunk)
 		*c = *m.chunks[ci]
 		m.chunks[ci] = c
-		m.vers[ci] = m.clk.cur
 	}
-	return &m.chunks[ci][i&chunkMask]
+	m.vers[ci] = m.clk.cur
 }
 
 func (m *valueMap) find(key []byte, h uint32) (uint32, bool) {
@@ -286,7 +301,8 @@ func (m *valueMap) put(key, val []byte) {
 		m.insert(i, h, key, val)
 		return
 	}
-	s := m.writable(i)
+	m.own(i)
+	s := m.at(i)
 	if !s.ext() {
 		klen := int(s.klen)
 		if n := klen + len(val); n <= inlineCap {
@@ -333,7 +349,8 @@ func (m *valueMap) appendValue(key, b []byte) {
 		m.insert(i, h, key, b)
 		return
 	}
-	s := m.writable(i)
+	m.own(i)
+	s := m.at(i)
 	klen, vlen := s.lens()
 	old := klen + vlen
 	n := old + len(b)
@@ -367,7 +384,8 @@ func (m *valueMap) insert(i, h uint32, key, val []byte) {
 		m.grow()
 		i, _ = m.find(key, h)
 	}
-	s := m.writable(i)
+	m.own(i)
+	s := m.at(i)
 	s.hash = h
 	if n := len(key) + len(val); n <= inlineCap {
 		s.flags, s.klen, s.vlen = 0, uint8(len(key)), uint8(len(val))
@@ -402,11 +420,13 @@ func (m *valueMap) delete(key []byte) {
 		home := sj.hash & m.mask
 		if (j-home)&m.mask >= (j-i)&m.mask {
 			moved := *sj
-			*m.writable(i) = moved
+			m.own(i)
+			*m.at(i) = moved
 			i = j
 		}
 	}
-	*m.writable(i) = slot{}
+	m.own(i)
+	*m.at(i) = slot{}
 	m.count--
 }
 
@@ -436,6 +456,7 @@ func (m *valueMap) grow() {
 // clear empties the map in place (fresh chunks and ext slab; snapshots keep
 // the old ones).
 func (m *valueMap) clear() {
+	m.claims = nil
 	m.alloc(chunkSlots)
 	m.exts = extSlab{}
 	m.count = 0
@@ -474,9 +495,148 @@ func (v valueView) each(fn func(key, val []byte) error) error {
 	return nil
 }
 
+// appendChunk appends the records of chunk i of the view, in slot order,
+// as format.go lays them out. Inline slots, all of a table of small keys and
+// values, take a path without calls: their lengths are below 128, one byte
+// each.
+func (v valueView) appendChunk(b []byte, i int) []byte {
+	b = slices.Grow(b, chunkSlots*(inlineCap+2))
+	c := v.chunks[i]
+	for k := range c {
+		s := &c[k]
+		if s.hash == 0 {
+			continue
+		}
+		if s.flags != 0 || len(b)+inlineCap+2 > cap(b) {
+			key, val := s.kv(v.exts)
+			b = appendRecord(b, key, val)
+			continue
+		}
+		kl, vl := int(s.klen), int(s.vlen)
+		n := len(b)
+		b = b[:n+2+kl+vl]
+		b[n] = byte(kl)
+		copy(b[n+1:], s.buf[:kl])
+		b[n+1+kl] = byte(vl)
+		copy(b[n+2+kl:], s.buf[kl:kl+vl])
+	}
+	return b
+}
+
 // each walks the live map the same way.
 func (m *valueMap) each(fn func(key, val []byte) error) error {
 	return valueView{chunks: m.chunks, exts: m.exts.chunks, count: m.count}.each(fn)
+}
+
+// chunkClaims lets the owner serialise a chunk for an upload instead of
+// copying it. At 1M keys updated a million times a second every chunk is
+// written within milliseconds of a snapshot, so copy-on-write copied the
+// whole table per checkpoint (64 MB), and the upload then serialised the copy.
+// Instead, while one snapshot alone is live, each chunk of a table's index is
+// serialised once, by whichever comes first:
+//
+//   - the owner, on its first write to the chunk: it serialises the chunk's
+//     records into blocks the upload reads, then writes the chunk in place;
+//   - the upload, walking the chunks in order: while it reads a chunk, a
+//     write to it copies the chunk as before.
+//
+// The file then holds the records in another order, which restore does not
+// mind. Each state moves forward only, by compare-and-swap, so exactly one of
+// them serialises a chunk.
+type chunkClaims struct {
+	enc   func(b []byte, i int) []byte // the view's appendChunk
+	state []atomic.Uint32
+
+	mu      sync.Mutex
+	out     [][]byte // full blocks the owner serialised, not yet read
+	cur     []byte   // the block the owner is filling
+	ready   atomic.Int32
+	dropped bool // released: keep nothing more
+}
+
+const (
+	chunkFree      = iota // not serialised yet
+	chunkOwner            // serialised by the owner, who writes it in place
+	chunkUploading        // being read by the upload: the owner copies it
+	chunkUploaded         // serialised by the upload: the owner writes in place
+
+	claimBlock = 64 << 10
+)
+
+func newChunkClaims(v tableView) *chunkClaims {
+	return &chunkClaims{enc: v.appendChunk, state: make([]atomic.Uint32, v.chunks())}
+}
+
+// ownerTakes is the owner's first write to chunk i since the snapshot: it
+// reports whether the owner may now write the chunk in place; false means the
+// upload is reading it and the owner must copy it.
+func (c *chunkClaims) ownerTakes(i uint32) bool {
+	switch c.state[i].Load() {
+	case chunkUploaded:
+		return true
+	case chunkUploading:
+		return false
+	}
+	// The owner serialises under mu so that the upload, once it has seen every
+	// chunk claimed, can wait for the last of them by taking mu.
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.state[i].CompareAndSwap(chunkFree, chunkOwner) {
+		return c.state[i].Load() == chunkUploaded
+	}
+	if c.dropped {
+		return true
+	}
+	if c.cur == nil {
+		c.cur = make([]byte, 0, claimBlock+chunkSlots*(inlineCap+2))
+	}
+	c.cur = c.enc(c.cur, int(i))
+	if len(c.cur) >= claimBlock {
+		c.out = append(c.out, c.cur)
+		c.cur = nil
+		c.ready.Add(1)
+	}
+	return true
+}
+
+// uploadTakes claims chunk i for the upload; false means the owner has
+// serialised it.
+func (c *chunkClaims) uploadTakes(i int) bool {
+	return c.state[i].CompareAndSwap(chunkFree, chunkUploading)
+}
+
+func (c *chunkClaims) uploaded(i int) { c.state[i].Store(chunkUploaded) }
+
+// block returns a block of records the owner serialised, or nil if none is
+// full yet. With last, which the upload passes once it has claimed or skipped
+// every chunk, it also returns the partial block.
+func (c *chunkClaims) block(last bool) []byte {
+	if !last && c.ready.Load() == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.out) > 0 {
+		b := c.out[0]
+		c.out[0] = nil
+		c.out = c.out[1:]
+		c.ready.Add(-1)
+		return b
+	}
+	if last {
+		b := c.cur
+		c.cur = nil
+		return b
+	}
+	return nil
+}
+
+// drop frees the blocks of a released snapshot.
+func (c *chunkClaims) drop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dropped = true
+	c.out, c.cur = nil, nil
 }
 
 // slab is a copy-on-write array of object pointers with free-index reuse; a

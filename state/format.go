@@ -1,7 +1,6 @@
 package state
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -31,79 +30,92 @@ const (
 	formatVersion = 1
 )
 
-type objectWriter struct {
-	*bufio.Writer
-	tmp [binary.MaxVarintLen64]byte
+// tableReader reads a table's snapshot file: each Read serialises the next
+// chunks of the view into a small buffer and copies from it, so that the
+// bytes go from the table to the storage, which hashes them as it reads, with
+// no pipe and no goroutine in between. With claims, chunks the owner has
+// serialised come from its blocks instead (see chunkClaims).
+type tableReader struct {
+	v      tableView
+	claims *chunkClaims
+	next   int    // next chunk to serialise
+	buf    []byte // buf[off:] is serialised and not read yet
+	off    int
+	done   bool
 }
 
-func (w *objectWriter) uvarint(v uint64) {
-	w.Write(w.tmp[:binary.PutUvarint(w.tmp[:], v)])
+func newTableReader(name string, kind tableKind, v tableView, claims *chunkClaims) *tableReader {
+	b := make([]byte, 0, 16<<10)
+	b = append(b, fileMagic...)
+	b = append(b, formatVersion, byte(kind))
+	b = appendRecordPart(b, []byte(name))
+	b = binary.AppendUvarint(b, uint64(v.count()))
+	return &tableReader{v: v, claims: claims, buf: b}
 }
 
-func (w *objectWriter) bytes(b []byte) {
-	w.uvarint(uint64(len(b)))
-	w.Write(b)
-}
-
-// record writes uvarint(len(key)) key uvarint(len(rec)) rec with one Write
-// into the buffer when it fits: four small Writes per entry were a tenth of
-// what a checkpoint of a million keys cost the task's core.
-func (w *objectWriter) record(key, rec []byte) {
-	n := len(key) + len(rec) + 2*binary.MaxVarintLen64
-	if w.Available() < n && n <= w.Size() {
-		w.Flush() // an error sticks; Flush at the end reports it
-	}
-	if w.Available() < n {
-		w.bytes(key)
-		w.bytes(rec)
-		return
-	}
-	b := w.AvailableBuffer()
-	b = binary.AppendUvarint(b, uint64(len(key)))
-	b = append(b, key...)
-	b = binary.AppendUvarint(b, uint64(len(rec)))
-	b = append(b, rec...)
-	w.Write(b)
-}
-
-func writeTable(w *objectWriter, name string, kind tableKind, v tableView) error {
-	w.WriteString(fileMagic)
-	w.WriteByte(formatVersion)
-	w.WriteByte(byte(kind))
-	w.bytes([]byte(name))
-	w.uvarint(uint64(v.count()))
-	return v.each(func(key, rec []byte) error {
-		w.record(key, rec)
-		return nil // bufio keeps the first write error; Flush reports it
-	})
-}
-
-// putObject writes an object through write, streaming the bytes into
-// checkpoint.PutFile (which counts and hashes them) through a pipe, so that a
-// large table is never buffered whole on the way to the storage.
-func putObject(ctx context.Context, st checkpoint.Storage, name string, write func(w *objectWriter) error) (checkpoint.FileRef, error) {
-	pr, pw := io.Pipe()
-	done := make(chan error, 1)
-	go func() {
-		w := &objectWriter{Writer: bufio.NewWriterSize(pw, 64<<10)}
-		err := write(w)
-		if err == nil {
-			err = w.Flush()
+func (r *tableReader) Read(p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		if r.off == len(r.buf) && !r.refill() {
+			break
 		}
-		pw.CloseWithError(err) // nil: the reader sees EOF
-		done <- err
-	}()
-	ref, err := checkpoint.PutFile(ctx, st, name, pr)
-	// If the storage stopped reading early, unblock the writer.
-	pr.CloseWithError(errors.New("storage stopped reading"))
-	werr := <-done
-	if err != nil {
-		return checkpoint.FileRef{}, err
+		c := copy(p[n:], r.buf[r.off:])
+		n += c
+		r.off += c
 	}
-	if werr != nil {
-		return checkpoint.FileRef{}, werr
+	if n == 0 && len(p) > 0 {
+		return 0, io.EOF
 	}
-	return ref, nil
+	return n, nil
+}
+
+// refill puts the next records in buf; false at the end of the table.
+func (r *tableReader) refill() bool {
+	r.off = 0
+	for !r.done {
+		if r.claims != nil {
+			if b := r.claims.block(false); b != nil {
+				r.buf = b
+				return true
+			}
+		}
+		if r.next == r.v.chunks() {
+			r.done = true
+			break
+		}
+		i := r.next
+		r.next++
+		if r.claims == nil {
+			r.buf = r.v.appendChunk(r.buf[:0], i)
+		} else if r.claims.uploadTakes(i) {
+			r.buf = r.v.appendChunk(r.buf[:0], i)
+			r.claims.uploaded(i)
+		} else {
+			continue
+		}
+		if len(r.buf) > 0 {
+			return true
+		}
+	}
+	if r.claims != nil {
+		if b := r.claims.block(true); len(b) > 0 {
+			r.buf = b
+			return true
+		}
+	}
+	r.buf = r.buf[:0]
+	return false
+}
+
+// appendRecordPart appends uvarint(len(b)) and b.
+func appendRecordPart(dst, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+// appendRecord appends one record: uvarint(len(key)) key uvarint(len(rec)) rec.
+func appendRecord(dst, key, rec []byte) []byte {
+	return appendRecordPart(appendRecordPart(dst, key), rec)
 }
 
 // readVerified reads a whole object and checks its size and SHA-256 against

@@ -28,8 +28,9 @@ func NewMemory(opts MemoryOptions) Factory {
 
 // Memory keeps state in Go memory and snapshots it in full at each
 // checkpoint, copy-on-write (see clock): Snapshot costs a copy of a few slices
-// of chunk pointers, and the writes that follow copy what they touch once per
-// snapshot. Upload serialises each table into one object, dir + table name.
+// of chunk pointers, and the first write to a chunk after it serialises the
+// chunk for the upload, or copies it (see chunkClaims). Upload serialises the
+// rest of each table into one object, dir + table name.
 type Memory struct {
 	opts   MemoryOptions
 	clk    *clock
@@ -115,7 +116,8 @@ func (m *Memory) Snapshot(id checkpoint.ID) (Snapshot, error) {
 	if m.closed {
 		return nil, ErrClosed
 	}
-	s := &memSnapshot{clk: m.clk, id: id, ver: m.clk.take()}
+	ver, alone := m.clk.take()
+	s := &memSnapshot{clk: m.clk, id: id, ver: ver}
 	s.names = make([]string, 0, len(m.tables))
 	for name := range m.tables {
 		s.names = append(s.names, name)
@@ -123,9 +125,17 @@ func (m *Memory) Snapshot(id checkpoint.ID) (Snapshot, error) {
 	slices.Sort(s.names)
 	s.kinds = make([]tableKind, len(s.names))
 	s.views = make([]tableView, len(s.names))
+	s.claims = make([]*chunkClaims, len(s.names))
 	for i, name := range s.names {
 		t := m.tables[name]
 		s.kinds[i], s.views[i] = t.kind(), t.view()
+		// With another snapshot live, a chunk may be shared by both, and only
+		// a copy keeps each one's view: no claims then, for any table.
+		var c *chunkClaims
+		if alone {
+			c = newChunkClaims(s.views[i])
+		}
+		t.index().claims, s.claims[i] = c, c
 	}
 	return s, nil
 }
@@ -145,6 +155,7 @@ type memSnapshot struct {
 	names    []string
 	kinds    []tableKind
 	views    []tableView
+	claims   []*chunkClaims // nil entries if the snapshot was not alone
 	once     sync.Once
 	released atomic.Bool
 }
@@ -158,9 +169,7 @@ func (s *memSnapshot) Upload(ctx context.Context, st checkpoint.Storage, dir, sh
 	}
 	for i, name := range s.names {
 		obj := dir + name
-		ref, err := putObject(ctx, st, obj, func(w *objectWriter) error {
-			return writeTable(w, name, s.kinds[i], s.views[i])
-		})
+		ref, err := checkpoint.PutFile(ctx, st, obj, newTableReader(name, s.kinds[i], s.views[i], s.claims[i]))
 		if err != nil {
 			return checkpoint.StateHandle{}, fmt.Errorf("state: upload %q of checkpoint %d: %w", obj, s.id, err)
 		}
@@ -177,6 +186,11 @@ func (s *memSnapshot) Release() {
 	s.once.Do(func() {
 		s.released.Store(true)
 		s.views = nil
+		for _, c := range s.claims {
+			if c != nil {
+				c.drop()
+			}
+		}
 		s.clk.release(s.ver)
 	})
 }

@@ -45,9 +45,12 @@ type memTable interface {
 // goroutine, concurrently with writes to the live table.
 type tableView interface {
 	count() int
-	// each calls fn per record: for values the value, for lists the encoded
-	// list, for maps an encoded sequence of entries (see format.go).
-	each(fn func(key, rec []byte) error) error
+	// chunks is the number of chunks of the view's index.
+	chunks() int
+	// appendChunk appends the records of the keys in chunk i (see format.go):
+	// for values the value, for lists the encoded list, for maps an encoded
+	// sequence of entries.
+	appendChunk(b []byte, i int) []byte
 }
 
 // ---- values ----
@@ -79,8 +82,9 @@ func (t *memValue) Delete(key []byte) error {
 
 type valueTableView struct{ v valueView }
 
-func (v valueTableView) count() int                                { return v.v.count }
-func (v valueTableView) each(fn func(key, rec []byte) error) error { return v.v.each(fn) }
+func (v valueTableView) count() int                         { return v.v.count }
+func (v valueTableView) chunks() int                        { return len(v.v.chunks) }
+func (v valueTableView) appendChunk(b []byte, i int) []byte { return v.v.appendChunk(b, i) }
 
 // ---- lists ----
 
@@ -306,7 +310,6 @@ func (t *memMap) Scan(fn func(key, userKey, value []byte) error) error {
 type mapTableView struct {
 	idx  valueView
 	objs []*[chunkSlots]*nested
-	scr  []byte
 }
 
 func (t *memMap) view() tableView {
@@ -315,23 +318,40 @@ func (t *memMap) view() tableView {
 
 func (v *mapTableView) count() int { return v.idx.count }
 
-// each encodes a key's map as uvarint count, then per entry in user-key order
-// uvarint len, user key, uvarint len, value.
-func (v *mapTableView) each(fn func(key, rec []byte) error) error {
-	return v.idx.each(func(key, ib []byte) error {
+func (v *mapTableView) chunks() int { return len(v.idx.chunks) }
+
+// appendChunk encodes each key's map as uvarint count, then per entry in
+// user-key order uvarint len, user key, uvarint len, value. It writes no
+// shared scratch: the owner and the upload may run it at once (see
+// chunkClaims).
+func (v *mapTableView) appendChunk(b []byte, i int) []byte {
+	c := v.idx.chunks[i]
+	for k := range c {
+		s := &c[k]
+		if s.hash == 0 {
+			continue
+		}
+		key, ib := s.kv(v.idx.exts)
 		n := slabGet(v.objs, binary.LittleEndian.Uint32(ib))
 		ks := sortedKeys(n.m)
-		b := binary.AppendUvarint(v.scr[:0], uint64(len(ks)))
+		size := uvarintLen(len(ks))
+		for _, k := range ks {
+			size += uvarintLen(len(k)) + len(k) + uvarintLen(len(n.m[k])-len(k)) + len(n.m[k]) - len(k)
+		}
+		b = appendRecordPart(b, key)
+		b = binary.AppendUvarint(b, uint64(size))
+		b = binary.AppendUvarint(b, uint64(len(ks)))
 		for _, k := range ks {
 			e := n.m[k]
-			b = binary.AppendUvarint(b, uint64(len(k)))
-			b = append(b, k...)
-			b = binary.AppendUvarint(b, uint64(len(e)-len(k)))
-			b = append(b, e[len(k):]...)
+			b = appendRecord(b, e[:len(k)], e[len(k):])
 		}
-		v.scr = b
-		return fn(key, b)
-	})
+	}
+	return b
+}
+
+func uvarintLen(n int) int {
+	var tmp [binary.MaxVarintLen64]byte
+	return binary.PutUvarint(tmp[:], uint64(n))
 }
 
 // validName rejects table names that cannot be one object name segment.

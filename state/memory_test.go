@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -288,7 +289,7 @@ func TestRestore(t *testing.T) {
 		}, `read job/tasks/0/chk-7/count/counts: checkpoint: object not found`},
 		{"bad content with a matching checksum", func(st *fakeStorage, h *checkpoint.StateHandle) {
 			st.objs["x"] = []byte("WEIRMEM\x01\x01\x06counts\x05")
-			ref, _ := putObject(ctx, st, "x", func(w *objectWriter) error { w.Write(st.objs["x"]); return nil })
+			ref, _ := checkpoint.PutFile(ctx, st, "x", bytes.NewReader(st.objs["x"]))
 			ref.Local = "counts"
 			h.Files[0] = ref
 		}, `restore "x": key count 5 exceeds the file`},
@@ -434,7 +435,7 @@ func TestValueMapExtReuse(t *testing.T) {
 	m.put([]byte("b"), long('b', 40))
 	m.appendValue([]byte("c"), long('c', 30))
 	want := map[string]string{"a": string(long('a', 40)), "b": string(long('b', 40)), "c": string(long('c', 30))}
-	ver := clk.take()
+	ver, _ := clk.take()
 	v := m.view()
 	m.delete([]byte("a"))                    // frees a's index
 	m.put([]byte("d"), long('d', 50))        // reuses it
