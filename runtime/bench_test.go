@@ -3,6 +3,7 @@ package runtime_test
 import (
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -51,9 +52,18 @@ func benchBackend() state.Factory {
 // BenchmarkKeyedCount runs source -> Map -> KeyBy -> keyed count (memory
 // state, 1M keys, and 64K keys for comparison) -> discarding sink on one
 // task, with checkpoints off and every second. Checkpoints go to file://
-// storage: a full snapshot of 1M keys is over the memory storage's 5 MB. Run with -cpu 1 for the per-core rate:
+// storage: a full snapshot of 1M keys is over the memory storage's 5 MB. Run
+// with -cpu 1 for the per-core rate:
 //
 //	go test ./runtime -run '^$' -bench KeyedCount -cpu 1 -benchtime 20000000x
+//
+// keys=1M/on-vs-off measures the cost of checkpoints side by side: b.N
+// records with checkpoints off, then every second, in turns (off, on, on,
+// off, ...) for WEIR_BENCH_PAIRS pairs (default 3), so that a drift of the
+// machine's speed weighs on both. It reports both rates, their ratio in
+// percent, and the p99 pause of the runs with checkpoints:
+//
+//	go test ./runtime -run '^$' -bench 'KeyedCount/keys=1M/on-vs-off' -cpu 1 -benchtime 30000000x
 func BenchmarkKeyedCount(b *testing.B) {
 	for _, bc := range []struct {
 		name     string
@@ -68,55 +78,87 @@ func BenchmarkKeyedCount(b *testing.B) {
 		{"keys=64K/checkpoints=1s", 1 << 16, time.Second},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			keys := bc.keys
-			job := stream.NewJob("bench")
-			src := stream.Source(job, "numbers", stream.GeneratorSource(int64(b.N), func(_ int, i int64) uint64 { return uint64(i) }))
-			mapped := stream.Map(src, "scramble", func(n uint64) (uint64, error) { return n * 0x9E3779B97F4A7C15, nil })
-			keyed := stream.KeyBy(mapped, "by-key", func(n uint64) uint64 { return n % keys }, state.Uint64())
-			counts := stream.Process(keyed, "count", func(s *stream.Setup) (stream.Processor[uint64, uint64, int64], error) {
-				count, err := stream.ValueState(s, "count", state.Int64())
-				return stream.Processor[uint64, uint64, int64]{
-					Process: func(ctx *stream.Context[uint64, int64], _ uint64) error {
-						c, _, err := count.Get()
-						if err != nil {
-							return err
-						}
-						c++
-						if err := count.Set(c); err != nil {
-							return err
-						}
-						return ctx.Emit(c)
-					},
-				}, err
-			})
-			stream.Sink(counts, "out", stream.DiscardSink[int64]())
-			plan, err := job.Build()
-			if err != nil {
-				b.Fatal(err)
-			}
-			st, err := checkpoint.NewFile(b.TempDir())
-			if err != nil {
-				b.Fatal(err)
-			}
 			obs := &pauses{}
-			b.ResetTimer()
-			start := time.Now()
-			err = runtime.Run(b.Context(), plan, runtime.Config{
-				Tasks:        []int{0},
-				Storage:      st,
-				Checkpoint:   checkpoint.Config{Interval: bc.interval},
-				StateDir:     b.TempDir(),
-				StateBackend: benchBackend(),
-				Observer:     obs,
-			})
-			elapsed := time.Since(start)
-			b.StopTimer()
-			if err != nil {
-				b.Fatal(err)
-			}
+			elapsed := runKeyedCount(b, bc.keys, b.N, bc.interval, obs)
 			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "records/s")
 			b.ReportMetric(float64(obs.quantile(0.99).Microseconds()), "p99-pause-µs")
 			b.ReportMetric(float64(len(obs.d)), "barriers")
 		})
 	}
+	b.Run("keys=1M/on-vs-off", func(b *testing.B) {
+		pairs := 3
+		if s := os.Getenv("WEIR_BENCH_PAIRS"); s != "" {
+			var err error
+			if pairs, err = strconv.Atoi(s); err != nil || pairs < 1 {
+				b.Fatalf("WEIR_BENCH_PAIRS=%q: want a positive number", s)
+			}
+		}
+		var off, on time.Duration
+		obs := &pauses{}
+		for i := range 2 * pairs {
+			// off on on off off on ...
+			if (i+1)/2%2 == 0 {
+				off += runKeyedCount(b, 1<<20, b.N, 0, &pauses{})
+			} else {
+				on += runKeyedCount(b, 1<<20, b.N, time.Second, obs)
+			}
+		}
+		n := float64(b.N * pairs)
+		b.ReportMetric(0, "ns/op")
+		b.ReportMetric(n/off.Seconds(), "off-records/s")
+		b.ReportMetric(n/on.Seconds(), "on-records/s")
+		b.ReportMetric(100*off.Seconds()/on.Seconds(), "on/off-%")
+		b.ReportMetric(float64(obs.quantile(0.99).Microseconds()), "p99-pause-µs")
+	})
+}
+
+// runKeyedCount runs the benchmark's job over n records with checkpoints
+// every interval (0: off) and returns how long Run took.
+func runKeyedCount(b *testing.B, keys uint64, n int, interval time.Duration, obs *pauses) time.Duration {
+	b.Helper()
+	job := stream.NewJob("bench")
+	src := stream.Source(job, "numbers", stream.GeneratorSource(int64(n), func(_ int, i int64) uint64 { return uint64(i) }))
+	mapped := stream.Map(src, "scramble", func(n uint64) (uint64, error) { return n * 0x9E3779B97F4A7C15, nil })
+	keyed := stream.KeyBy(mapped, "by-key", func(n uint64) uint64 { return n % keys }, state.Uint64())
+	counts := stream.Process(keyed, "count", func(s *stream.Setup) (stream.Processor[uint64, uint64, int64], error) {
+		count, err := stream.ValueState(s, "count", state.Int64())
+		return stream.Processor[uint64, uint64, int64]{
+			Process: func(ctx *stream.Context[uint64, int64], _ uint64) error {
+				c, _, err := count.Get()
+				if err != nil {
+					return err
+				}
+				c++
+				if err := count.Set(c); err != nil {
+					return err
+				}
+				return ctx.Emit(c)
+			},
+		}, err
+	})
+	stream.Sink(counts, "out", stream.DiscardSink[int64]())
+	plan, err := job.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := checkpoint.NewFile(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	start := time.Now()
+	err = runtime.Run(b.Context(), plan, runtime.Config{
+		Tasks:        []int{0},
+		Storage:      st,
+		Checkpoint:   checkpoint.Config{Interval: interval},
+		StateDir:     b.TempDir(),
+		StateBackend: benchBackend(),
+		Observer:     obs,
+	})
+	elapsed := time.Since(start)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return elapsed
 }
