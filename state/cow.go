@@ -496,31 +496,29 @@ func (v valueView) each(fn func(key, val []byte) error) error {
 }
 
 // appendChunk appends the records of chunk i of the view, in slot order,
-// as format.go lays them out. Inline slots, all of a table of small keys and
-// values, take a path without calls: their lengths are below 128, one byte
-// each.
+// as format.go lays them out. Inline slots, all of them in a table of small
+// keys and values, take a path without calls or branches: a record is the
+// two lengths (each below 128, so one uvarint byte) and the slot's buf, copied
+// whole; only its used part counts, and an empty slot's nothing.
 func (v valueView) appendChunk(b []byte, i int) []byte {
-	b = slices.Grow(b, chunkSlots*(inlineCap+2))
+	const most = 2 + inlineCap // what one inline slot writes
+	b = slices.Grow(b, chunkSlots*most)
+	n, dst := len(b), b[:cap(b)]
 	c := v.chunks[i]
 	for k := range c {
 		s := &c[k]
-		if s.hash == 0 {
-			continue
-		}
-		if s.flags != 0 || len(b)+inlineCap+2 > cap(b) {
+		if s.flags != 0 {
 			key, val := s.kv(v.exts)
-			b = appendRecord(b, key, val)
+			b = slices.Grow(appendRecord(dst[:n], key, val), (chunkSlots-k)*most)
+			n, dst = len(b), b[:cap(b)]
 			continue
 		}
-		kl, vl := int(s.klen), int(s.vlen)
-		n := len(b)
-		b = b[:n+2+kl+vl]
-		b[n] = byte(kl)
-		copy(b[n+1:], s.buf[:kl])
-		b[n+1+kl] = byte(vl)
-		copy(b[n+2+kl:], s.buf[kl:kl+vl])
+		r := dst[n : n+most]
+		r[0], r[1] = s.klen, s.vlen
+		*(*[inlineCap]byte)(r[2:]) = s.buf
+		n += (2 + int(s.klen) + int(s.vlen)) & -int(s.hash>>31) // occupied is bit 31
 	}
-	return b
+	return dst[:n]
 }
 
 // each walks the live map the same way.

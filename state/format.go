@@ -19,15 +19,19 @@ import (
 //	kind     1 byte (1 value, 2 list, 3 map)
 //	name     uvarint length, bytes (the state name)
 //	count    uvarint (number of keys)
-//	count records: uvarint length, key, uvarint length, record
+//	count records: uvarint key length, uvarint record length, key, record
 //
 // A value's record is the value; a list's is its items, each a uvarint length
 // and the bytes; a map's is a uvarint entry count, then per entry in user-key
 // order a uvarint length, the user key, a uvarint length, the value. Integrity
 // is the FileRef's size and SHA-256, checked before decoding.
+//
+// Version 1 wrote a record as uvarint length, key, uvarint length, record;
+// version 2 puts both lengths first, so that a slot whose key and value sit
+// side by side (see slot) is written with one copy. Both are read.
 const (
 	fileMagic     = "WEIRMEM"
-	formatVersion = 1
+	formatVersion = 2
 )
 
 // tableReader reads a table's snapshot file: each Read serialises the next
@@ -113,9 +117,12 @@ func appendRecordPart(dst, b []byte) []byte {
 	return append(dst, b...)
 }
 
-// appendRecord appends one record: uvarint(len(key)) key uvarint(len(rec)) rec.
+// appendRecord appends one record: uvarint(len(key)) uvarint(len(rec)) key
+// rec.
 func appendRecord(dst, key, rec []byte) []byte {
-	return appendRecordPart(appendRecordPart(dst, key), rec)
+	dst = binary.AppendUvarint(dst, uint64(len(key)))
+	dst = binary.AppendUvarint(dst, uint64(len(rec)))
+	return append(append(dst, key...), rec...)
 }
 
 // readVerified reads a whole object and checks its size and SHA-256 against
@@ -146,8 +153,10 @@ func (d *decoder) uvarint() uint64 {
 	return v
 }
 
-func (d *decoder) bytes() []byte {
-	n := d.uvarint()
+func (d *decoder) bytes() []byte { return d.take(d.uvarint()) }
+
+// take returns the next n bytes.
+func (d *decoder) take(n uint64) []byte {
 	if d.err != nil {
 		return nil
 	}
@@ -165,8 +174,9 @@ func (m *Memory) decodeTable(name string, data []byte) (memTable, error) {
 	if len(data) < len(fileMagic)+2 || string(data[:len(fileMagic)]) != fileMagic {
 		return nil, errors.New("not a memory state file (bad magic)")
 	}
-	if v := data[len(fileMagic)]; v != formatVersion {
-		return nil, fmt.Errorf("memory state format version %d, this build reads %d", v, formatVersion)
+	version := data[len(fileMagic)]
+	if version != 1 && version != formatVersion {
+		return nil, fmt.Errorf("memory state format version %d, this build reads 1 and %d", version, formatVersion)
 	}
 	kind := tableKind(data[len(fileMagic)+1])
 	if kind < kindValue || kind > kindMap {
@@ -185,7 +195,13 @@ func (m *Memory) decodeTable(name string, data []byte) (memTable, error) {
 	}
 	t := m.newTable(name, kind, int(count))
 	for i := uint64(0); i < count && d.err == nil; i++ {
-		key, rec := d.bytes(), d.bytes()
+		var key, rec []byte
+		if version == 1 {
+			key, rec = d.bytes(), d.bytes()
+		} else {
+			kl, rl := d.uvarint(), d.uvarint()
+			key, rec = d.take(kl), d.take(rl)
+		}
 		if d.err != nil {
 			break
 		}

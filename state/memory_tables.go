@@ -338,12 +338,13 @@ func (v *mapTableView) appendChunk(b []byte, i int) []byte {
 		for _, k := range ks {
 			size += uvarintLen(len(k)) + len(k) + uvarintLen(len(n.m[k])-len(k)) + len(n.m[k]) - len(k)
 		}
-		b = appendRecordPart(b, key)
+		b = binary.AppendUvarint(b, uint64(len(key)))
 		b = binary.AppendUvarint(b, uint64(size))
+		b = append(b, key...)
 		b = binary.AppendUvarint(b, uint64(len(ks)))
 		for _, k := range ks {
 			e := n.m[k]
-			b = appendRecord(b, e[:len(k)], e[len(k):])
+			b = appendRecordPart(appendRecordPart(b, e[:len(k)]), e[len(k):])
 		}
 	}
 	return b
