@@ -20,9 +20,10 @@
 // (ManifestWritten or ManifestFailed).
 //
 // A manifest is written once with Storage.PutIfAbsent and never rewritten; a
-// checkpoint is complete only when its manifest is durable. Manifests and
-// state files carry SHA-256 checksums (EncodeManifest, PutFile) that readers
-// verify (DecodeManifest, GetVerified); a mismatch wraps ErrCorrupt.
+// checkpoint is complete only when its manifest is durable. Manifests carry a
+// SHA-256 of their body (EncodeManifest) and state files a CRC-32C in their
+// FileRef (PutFile), which readers verify (DecodeManifest, GetVerified); a
+// mismatch wraps ErrCorrupt.
 //
 // Object layout under the storage root:
 //

@@ -195,8 +195,9 @@ func NewS3(ctx context.Context, opts S3Options) (*S3, error) {
 		o.HTTPClient = httpClient
 		// Checksums only where an operation requires them: S3 look-alikes
 		// (gofakes3, older MinIO) refuse the CRC32 trailers the SDK adds to
-		// every PUT by default. Integrity comes from the SHA-256 in every
-		// FileRef and manifest, and Content-MD5 on manifests.
+		// every PUT by default. Integrity comes from the CRC-32C in every
+		// FileRef, the SHA-256 in every manifest, and Content-MD5 on
+		// manifests.
 		o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		o.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 	})

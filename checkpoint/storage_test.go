@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"io"
 	"os"
@@ -319,7 +321,7 @@ func TestPutFileGetVerified(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ref.Size != int64(len(data)) || len(ref.SHA256) != 64 || ref.Name != "j/shared/0/a.sst" {
+	if ref.Size != int64(len(data)) || len(ref.CRC32C) != 8 || ref.Name != "j/shared/0/a.sst" {
 		t.Fatalf("ref = %+v", ref)
 	}
 	got, err := ReadVerified(ctx, st, ref)
@@ -332,7 +334,7 @@ func TestPutFileGetVerified(t *testing.T) {
 		stored []byte
 		want   string
 	}{
-		{"bit flipped", append([]byte("x"), data[1:]...), "sha256"},
+		{"bit flipped", append([]byte("x"), data[1:]...), "crc32c"},
 		{"truncated", data[:len(data)-1], "bytes, expected"},
 		{"longer", append(bytes.Clone(data), '!'), "more than the"},
 	} {
@@ -346,7 +348,30 @@ func TestPutFileGetVerified(t *testing.T) {
 			}
 		})
 	}
-	if _, err := GetVerified(ctx, st, FileRef{Name: "missing"}); !errors.Is(err, ErrNotFound) {
+	if _, err := GetVerified(ctx, st, FileRef{Name: "missing", CRC32C: "00000000"}); !errors.Is(err, ErrNotFound) {
 		t.Fatalf("GetVerified missing: %v", err)
+	}
+	if _, err := GetVerified(ctx, st, FileRef{Name: ref.Name, Size: ref.Size}); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "no checksum") {
+		t.Fatalf("GetVerified without a checksum: %v", err)
+	}
+}
+
+// TestGetVerifiedSHA256 reads references as versions before CRC-32C wrote
+// them, with a SHA-256.
+func TestGetVerifiedSHA256(t *testing.T) {
+	ctx := context.Background()
+	st := NewMemory(MemoryOptions{})
+	data := []byte("state written by an earlier version")
+	if err := st.Put(ctx, "f", bytes.NewReader(data)); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	ref := FileRef{Name: "f", Size: int64(len(data)), SHA256: hex.EncodeToString(sum[:])}
+	if got, err := ReadVerified(ctx, st, ref); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("ReadVerified = %q, %v", got, err)
+	}
+	ref.SHA256 = strings.Repeat("0", 64)
+	if _, err := ReadVerified(ctx, st, ref); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "sha256") {
+		t.Fatalf("ReadVerified with a wrong SHA-256: %v", err)
 	}
 }

@@ -16,9 +16,12 @@ type FileRef struct {
 	Name string `json:"name"`
 	// Local is the file's name inside the operator's snapshot (for Pebble, the
 	// name inside the DB directory); it is how a restore lays files out again.
-	Local  string `json:"local,omitempty"`
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
+	Local string `json:"local,omitempty"`
+	Size  int64  `json:"size"`
+	// CRC32C is the file's CRC-32C (Castagnoli), 8 hex digits. References
+	// written by earlier versions carry SHA256 instead (64 hex digits).
+	CRC32C string `json:"crc32c,omitempty"`
+	SHA256 string `json:"sha256,omitempty"`
 	// Shared files (immutable SSTs) may be referenced by several manifests.
 	Shared bool `json:"shared,omitempty"`
 }

@@ -24,7 +24,7 @@ import (
 // A value's record is the value; a list's is its items, each a uvarint length
 // and the bytes; a map's is a uvarint entry count, then per entry in user-key
 // order a uvarint length, the user key, a uvarint length, the value. Integrity
-// is the FileRef's size and SHA-256, checked before decoding.
+// is the FileRef's size and checksum, checked before decoding.
 //
 // Version 1 wrote a record as uvarint length, key, uvarint length, record;
 // version 2 puts both lengths first, so that a slot whose key and value sit
@@ -125,7 +125,7 @@ func appendRecord(dst, key, rec []byte) []byte {
 	return append(append(dst, key...), rec...)
 }
 
-// readVerified reads a whole object and checks its size and SHA-256 against
+// readVerified reads a whole object and checks its size and checksum against
 // f; a mismatch wraps checkpoint.ErrCorrupt and names the object.
 func readVerified(ctx context.Context, st checkpoint.Storage, f checkpoint.FileRef) ([]byte, error) {
 	data, err := checkpoint.ReadVerified(ctx, st, f)

@@ -263,7 +263,7 @@ func TestRestore(t *testing.T) {
 		var sum int64
 		for i, f := range h.Files {
 			want := []string{"counts", "events", "seen"}[i]
-			if f.Local != want || f.Name != "job/tasks/0/chk-7/count/"+want || len(f.SHA256) != 64 || f.Shared {
+			if f.Local != want || f.Name != "job/tasks/0/chk-7/count/"+want || len(f.CRC32C) != 8 || f.Shared {
 				t.Errorf("file %d: %+v", i, f)
 			}
 			sum += f.Size

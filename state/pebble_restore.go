@@ -15,7 +15,7 @@ import (
 )
 
 // Restore implements Backend. It downloads every file of handle into a new,
-// empty DB directory, in parallel, checking each file's size and SHA-256
+// empty DB directory, in parallel, checking each file's size and checksum
 // before it opens the DB there; then it swaps that DB in for the current one
 // as a new store instance. A failed restore (a missing or corrupt file names
 // the object) leaves the current state as it was.
@@ -135,7 +135,7 @@ func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle 
 	return db, cat, nil
 }
 
-// download copies f into path, verifying its size and SHA-256: the file is
+// download copies f into path, verifying its size and checksum: the file is
 // complete and intact once it returns nil.
 func download(ctx context.Context, st checkpoint.Storage, f checkpoint.FileRef, path string) error {
 	rc, err := checkpoint.GetVerified(ctx, st, f)

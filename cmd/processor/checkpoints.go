@@ -449,15 +449,18 @@ func printFiles(out io.Writer, files []checkpoint.FileRef) {
 		width = max(width, len(strconv.FormatInt(f.Size, 10)))
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "      %*s\tSHARED\tSHA256\tLOCAL\tOBJECT\n", width, "SIZE")
+	fmt.Fprintf(tw, "      %*s\tSHARED\tCHECKSUM\tLOCAL\tOBJECT\n", width, "SIZE")
 	for _, f := range files {
 		shared := "no"
 		if f.Shared {
 			shared = "shared"
 		}
-		sum := f.SHA256
-		if len(sum) > 12 {
-			sum = sum[:12] + "…"
+		sum := "crc32c:" + f.CRC32C
+		if f.CRC32C == "" {
+			sum = "sha256:" + f.SHA256
+		}
+		if len(sum) > 19 {
+			sum = sum[:19] + "…"
 		}
 		fmt.Fprintf(tw, "      %*d\t%s\t%s\t%s\t%s\n", width, f.Size, shared, sum, orDash(f.Local), f.Name)
 	}

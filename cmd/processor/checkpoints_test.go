@@ -37,7 +37,7 @@ func testManifest(task int, id checkpoint.ID, offset int64) checkpoint.Manifest 
 				Backend: "pebble", Size: 3000, Incremental: 1000,
 				Files: []checkpoint.FileRef{
 					{Name: "jobx/shared/0/count/abc/000005.sst", Local: "000005.sst", Size: 2000, SHA256: strings.Repeat("a", 64), Shared: true},
-					{Name: checkpoint.CheckpointDir("jobx", task, id) + "count/MANIFEST-000001", Local: "MANIFEST-000001", Size: 1000, SHA256: strings.Repeat("b", 64)},
+					{Name: checkpoint.CheckpointDir("jobx", task, id) + "count/MANIFEST-000001", Local: "MANIFEST-000001", Size: 1000, CRC32C: "0123abcd"},
 				},
 			}},
 			{Operator: "output", Committables: []checkpoint.Committable{{Operator: "output", TransactionalID: "jobx-output-0-2", ProducerID: 4001, Epoch: 6}}},
@@ -135,8 +135,8 @@ func TestCheckpointsInspect(t *testing.T) {
 		"position  numbers/0@100",
 		"alignment  3ms",
 		"state      pebble backend, 2 files, 2.9 KiB full, 1000 B incremental",
-		"2000  shared  aaaaaaaaaaaa…  000005.sst       jobx/shared/0/count/abc/000005.sst",
-		"1000  no      bbbbbbbbbbbb…  MANIFEST-000001  jobx/tasks/0/chk-00000000000000000003/count/MANIFEST-000001",
+		"2000  shared  sha256:aaaaaaaaaaaa…  000005.sst       jobx/shared/0/count/abc/000005.sst",
+		"1000  no      crc32c:0123abcd       MANIFEST-000001  jobx/tasks/0/chk-00000000000000000003/count/MANIFEST-000001",
 		"pending transaction  jobx-output-0-2  producer id 4001  epoch 6",
 		"pending transactions: 1",
 	} {
