@@ -549,6 +549,7 @@ type chunkClaims struct {
 	out     [][]byte // full blocks the owner serialised, not yet read
 	cur     []byte   // the block the owner is filling
 	ready   atomic.Int32
+	handed  int  // full blocks handed to the upload (tests look)
 	dropped bool // released: keep nothing more
 }
 
@@ -573,6 +574,10 @@ func (c *chunkClaims) ownerTakes(i uint32) bool {
 	case chunkUploaded:
 		return true
 	case chunkUploading:
+		return false
+	case chunkOwner:
+		// Not reached: after its first write the chunk is the table's own
+		// until the next snapshot. A copy is always safe.
 		return false
 	}
 	// The owner serialises under mu so that the upload, once it has seen every
@@ -619,6 +624,7 @@ func (c *chunkClaims) block(last bool) []byte {
 		c.out[0] = nil
 		c.out = c.out[1:]
 		c.ready.Add(-1)
+		c.handed++
 		return b
 	}
 	if last {
@@ -629,12 +635,13 @@ func (c *chunkClaims) block(last bool) []byte {
 	return nil
 }
 
-// drop frees the blocks of a released snapshot.
+// drop frees the blocks of a released snapshot, and lets go of its view
+// (enc holds it): the table keeps its claims until the next snapshot.
 func (c *chunkClaims) drop() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.dropped = true
-	c.out, c.cur = nil, nil
+	c.out, c.cur, c.enc = nil, nil, nil
 }
 
 // slab is a copy-on-write array of object pointers with free-index reuse; a

@@ -158,6 +158,7 @@ type memSnapshot struct {
 	claims   []*chunkClaims // nil entries if the snapshot was not alone
 	once     sync.Once
 	released atomic.Bool
+	uploaded atomic.Bool
 }
 
 // Upload implements Snapshot: one object per table, dir + table name, in the
@@ -166,6 +167,11 @@ func (s *memSnapshot) Upload(ctx context.Context, st checkpoint.Storage, dir, sh
 	h := checkpoint.StateHandle{Backend: "memory"}
 	if s.released.Load() {
 		return h, fmt.Errorf("state: upload snapshot of checkpoint %d after release", s.id)
+	}
+	// The first upload consumes the chunks the owner serialised (see
+	// chunkClaims): a second one would write files without them.
+	if s.uploaded.Swap(true) {
+		return h, fmt.Errorf("state: snapshot of checkpoint %d uploaded twice", s.id)
 	}
 	for i, name := range s.names {
 		obj := dir + name
