@@ -9,9 +9,7 @@ import (
 // length, key, record length, record), so that checkpoints taken before
 // version 2 still restore.
 func TestDecodeVersion1(t *testing.T) {
-	part := func(b []byte, s string) []byte {
-		return append(binary.AppendUvarint(b, uint64(len(s))), s...)
-	}
+	part := func(b []byte, s string) []byte { return appendRecordPart(b, []byte(s)) }
 	file := func(kind tableKind, name string, recs ...string) []byte {
 		b := append([]byte(fileMagic), 1, byte(kind))
 		b = part(b, name)

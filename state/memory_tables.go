@@ -336,7 +336,8 @@ func (v *mapTableView) appendChunk(b []byte, i int) []byte {
 		ks := sortedKeys(n.m)
 		size := uvarintLen(len(ks))
 		for _, k := range ks {
-			size += uvarintLen(len(k)) + len(k) + uvarintLen(len(n.m[k])-len(k)) + len(n.m[k]) - len(k)
+			vl := len(n.m[k]) - len(k)
+			size += uvarintLen(len(k)) + len(k) + uvarintLen(vl) + vl
 		}
 		b = binary.AppendUvarint(b, uint64(len(key)))
 		b = binary.AppendUvarint(b, uint64(size))
