@@ -28,7 +28,7 @@ const (
 // Config says how to run a job's tasks. The zero value of each field is its
 // documented default, filled in by Validate.
 type Config struct {
-	// Tasks are the task indexes this process runs. Required.
+	// Tasks are the task indexes Run runs (a Runner is told by Start).
 	Tasks []int
 	// Storage holds checkpoints. Required.
 	Storage checkpoint.Storage
@@ -45,7 +45,9 @@ type Config struct {
 	// StateDir is where backends keep local files; default: a directory
 	// under os.TempDir() named after the job.
 	StateDir string
-	// Epoch is this owner's fencing epoch, written into manifests.
+	// Epoch is the fencing epoch of the tasks Run runs, written into their
+	// manifests (a Runner is told by Start). It must be larger than that of
+	// every earlier owner of the tasks: checkpoint.NextEpoch allocates one.
 	Epoch int64
 	// RestartBackoff is the first wait before a failed task restarts
 	// (default 100ms); it doubles on each consecutive failure up to
@@ -59,7 +61,8 @@ type Config struct {
 	// Observer hears about barriers and checkpoints (metrics, status page).
 	Observer Observer
 	// Drain, when closed, stops the job gracefully: every task stops reading
-	// its sources, takes a final checkpoint, commits it, and Run returns nil.
+	// its sources, takes a final checkpoint, commits it, and Run returns nil
+	// (a Runner's tasks drain as on Stop).
 	// Cancelling Run's context instead stops at once, without a checkpoint.
 	Drain <-chan struct{}
 	// Now is the processing-time clock; default time.Now.
@@ -99,9 +102,6 @@ func (o CommitOutcome) String() string {
 // Validate fills in defaults and reports every invalid setting by name.
 func (c *Config) Validate(job string) error {
 	var errs []error
-	if len(c.Tasks) == 0 {
-		errs = append(errs, errors.New("tasks: at least one task is required"))
-	}
 	seen := map[int]bool{}
 	for _, t := range c.Tasks {
 		if t < 0 {
@@ -167,13 +167,22 @@ type Observer interface {
 	// TaskFailed reports a task failure; restarting says whether it will be
 	// restarted.
 	TaskFailed(job string, task int, err error, restarting bool)
+	// TaskRestored: an attempt of the task by the owner with epoch restored
+	// checkpoint from (0: none, a fresh start) and opened its sinks, d after
+	// the attempt began; it processes records from now on.
+	TaskRestored(job string, task int, epoch int64, from checkpoint.ID, d time.Duration)
+	// FirstRecord: an attempt of the task processed its first record, d
+	// after the attempt began.
+	FirstRecord(job string, task int, d time.Duration)
 }
 
 // NopObserver ignores everything; embed it to observe a part.
 type NopObserver struct{}
 
-func (NopObserver) BarrierPause(string, int, checkpoint.ID, time.Duration)      {}
-func (NopObserver) Alignment(string, int, string, checkpoint.ID, time.Duration) {}
-func (NopObserver) CheckpointCompleted(string, int, checkpoint.Manifest)        {}
-func (NopObserver) CheckpointAborted(string, int, checkpoint.ID, error)         {}
-func (NopObserver) TaskFailed(string, int, error, bool)                         {}
+func (NopObserver) BarrierPause(string, int, checkpoint.ID, time.Duration)        {}
+func (NopObserver) Alignment(string, int, string, checkpoint.ID, time.Duration)   {}
+func (NopObserver) CheckpointCompleted(string, int, checkpoint.Manifest)          {}
+func (NopObserver) CheckpointAborted(string, int, checkpoint.ID, error)           {}
+func (NopObserver) TaskFailed(string, int, error, bool)                           {}
+func (NopObserver) TaskRestored(string, int, int64, checkpoint.ID, time.Duration) {}
+func (NopObserver) FirstRecord(string, int, time.Duration)                        {}

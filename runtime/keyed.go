@@ -157,7 +157,7 @@ func (k *keyedState) snapshot(id checkpoint.ID, alignment time.Duration) {
 		return
 	}
 	t := k.t
-	dir := checkpoint.CheckpointDir(t.job, t.id, id) + k.name + "/"
+	dir := checkpoint.OwnerDir(t.job, t.id, id, t.epoch, t.attempt) + k.name + "/"
 	shared := checkpoint.SharedDir(t.job, t.id) + k.name + "/"
 	t.uploads.Go(func() {
 		defer snap.Release()

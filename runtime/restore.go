@@ -50,15 +50,25 @@ func committables(m checkpoint.Manifest) []checkpoint.Committable {
 	return cs
 }
 
-// restore picks the checkpoint the task restores from and returns the
-// highest checkpoint id seen, so that new ids continue after it. The rules,
-// newest manifest first:
+// restore claims the task for this owner, picks the checkpoint the task
+// restores from and returns the highest checkpoint id seen, so that new ids
+// continue after it. The rules, newest manifest first:
+//   - a claim or a manifest with a newer epoch than this owner's means a
+//     newer owner has the task: ErrSuperseded, and the task is not
+//     restarted;
 //   - a manifest deleted since the listing (retention) is skipped; any other
 //     error reading one fails the restore (the supervisor retries): the
 //     checkpoints before it cannot be judged without knowing whether its
 //     transactions committed;
-//   - a manifest with a newer epoch than this owner's means a newer owner
-//     has the task: ErrSuperseded, and the task is not restarted;
+//   - a manifest that an older owner wrote after a newer owner's (a
+//     zombie's: its epoch is below that of a manifest with a lower id) is
+//     never restored, whatever its transactions say: the newer owner's
+//     history goes on from an earlier cut, and its committed output is not
+//     in the zombie's state. (One with no transactions at all would pass the
+//     next rule, and replay that output.) Nothing the zombie committed is
+//     lost by skipping it: once the newer owner opened its sinks, the
+//     zombie's transactions were fenced, and what it committed before is
+//     in a manifest the newer owner saw (see recheck);
 //   - a manifest with a lost committable is not valid: walk back. Walking
 //     back past it re-derives its output, which is only right if none of its
 //     transactions was committed; if one was, the task fails loudly;
@@ -68,18 +78,25 @@ func committables(m checkpoint.Manifest) []checkpoint.Committable {
 //     its transactions not yet committed are aborted when the sink
 //     re-initialises its transactional ids;
 //   - if no manifest is valid, the task fails loudly with what was lost.
-//
-// A zombie's manifest is not skipped for its epoch: it is a consistent cut
-// like any other, and the validity rule discards it when the new owner fenced
-// its transactions. Skipping one whose transactions did commit would write
-// their output a second time.
 func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
+	if err := checkpoint.Claim(ctx, t.storage, t.job, t.id, t.epoch); err != nil {
+		return 0, err
+	}
+	claims, err := checkpoint.Claims(ctx, t.storage, t.job, t.id)
+	if err != nil {
+		return 0, err
+	}
+	if n := len(claims); n > 0 && claims[n-1] > t.epoch {
+		return 0, fmt.Errorf("%w: task %d was claimed by the owner with epoch %d, this one's is %d", ErrSuperseded, t.id, claims[n-1], t.epoch)
+	}
 	ids, highest, err := checkpoint.ListCheckpoints(ctx, t.storage, t.job, t.id)
 	if err != nil {
 		return 0, fmt.Errorf("list checkpoints: %w", err)
 	}
 	var ms []checkpoint.Manifest
+	t.seen = map[checkpoint.ID]bool{}
 	for _, id := range ids {
+		t.seen[id] = true
 		m, err := checkpoint.ReadManifest(ctx, t.storage, t.job, t.id, id)
 		if errors.Is(err, checkpoint.ErrNotFound) {
 			continue
@@ -89,19 +106,29 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 		}
 		ms = append(ms, m)
 	}
+	for _, m := range ms {
+		if m.Epoch > t.epoch {
+			return 0, fmt.Errorf("%w: checkpoint %d of task %d has epoch %d, this worker's is %d", ErrSuperseded, m.Checkpoint, t.id, m.Epoch, t.epoch)
+		}
+	}
+	// Only now is this owner's claim the newest: older ones may go.
+	if err := checkpoint.DropClaimsBelow(ctx, t.storage, t.job, t.id, t.epoch); err != nil {
+		t.log.Warn("could not delete older owners' claims", "err", err)
+	}
 	if len(ms) == 0 {
 		return highest, nil
 	}
-	for _, m := range ms {
-		if m.Epoch > t.cfg.Epoch {
-			return 0, fmt.Errorf("%w: checkpoint %d of task %d has epoch %d, this worker's is %d", ErrSuperseded, m.Checkpoint, t.id, m.Epoch, t.cfg.Epoch)
-		}
-	}
+	zombie := zombieManifests(ms)
 
 	rejected := map[txnKey]CommitOutcome{}
 	var lost []string
 	for i := len(ms) - 1; i >= 0; i-- {
 		m := ms[i]
+		if zombie[i] {
+			t.log.Warn("checkpoint written by an older owner after a newer owner's checkpoint (a zombie's): never restored",
+				"checkpoint", m.Checkpoint, "its_epoch", m.Epoch)
+			continue
+		}
 		cs := committables(m)
 		outcomes, err := t.checkCommittables(ctx, cs)
 		if err != nil {
@@ -138,6 +165,91 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 		}
 	}
 	return 0, fmt.Errorf("%w for task %d: %s", ErrNoValidCheckpoint, t.id, strings.Join(lost, "; "))
+}
+
+// zombieManifests marks the manifests (ascending by id) that an older owner
+// wrote after a newer owner's: those whose epoch is below the epoch of a
+// manifest with a lower id. Epochs grow with every change of owner, so the
+// live owner's history is the chain of manifests whose epochs never fall.
+func zombieManifests(ms []checkpoint.Manifest) []bool {
+	zombie := make([]bool, len(ms))
+	var newest int64
+	for i, m := range ms {
+		if i > 0 && m.Epoch < newest {
+			zombie[i] = true
+			continue
+		}
+		newest = m.Epoch
+	}
+	return zombie
+}
+
+// restoreAgainError: while this owner restored, an older one completed a
+// checkpoint and committed its output. The supervisor restores again at
+// once: the older owner is fenced now, so the next restore sees all it
+// committed.
+type restoreAgainError struct {
+	checkpoint checkpoint.ID
+	epoch      int64
+}
+
+func (e *restoreAgainError) Error() string {
+	return fmt.Sprintf("while this owner restored, the owner with epoch %d completed checkpoint %d and committed its output", e.epoch, e.checkpoint)
+}
+
+// recheck runs once the sinks are open: they fenced every older owner of
+// the task's transactional ids, so from now on no older owner commits
+// anything. Before that, one may have completed a checkpoint that restore
+// did not see (a zombie that resumed after a pause, while this owner
+// listed); if it committed that checkpoint's output, restoring the older
+// checkpoint would write that output again, so the task must restore
+// again. A manifest that appeared with nothing committed (its transactions
+// fenced, or none) is left to the zombie rule of restore. Without
+// Config.CheckCommittables (at-least-once) there is nothing to check.
+func (t *task) recheck(ctx context.Context) error {
+	if t.cfg.CheckCommittables == nil {
+		return nil
+	}
+	ids, _, err := checkpoint.ListCheckpoints(ctx, t.storage, t.job, t.id)
+	if err != nil {
+		return fmt.Errorf("list checkpoints after opening the sinks: %w", err)
+	}
+	restored := map[txnKey]bool{}
+	if t.restoredFrom != 0 {
+		for _, a := range t.restored {
+			for _, c := range a.Committables {
+				restored[keyOf(c)] = true
+			}
+		}
+	}
+	for _, id := range ids {
+		if t.seen[id] {
+			continue
+		}
+		m, err := checkpoint.ReadManifest(ctx, t.storage, t.job, t.id, id)
+		if errors.Is(err, checkpoint.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("read manifest of checkpoint %d: %w", id, err)
+		}
+		if m.Epoch > t.epoch {
+			return fmt.Errorf("%w: checkpoint %d of task %d has epoch %d, this worker's is %d", ErrSuperseded, m.Checkpoint, t.id, m.Epoch, t.epoch)
+		}
+		cs := committables(m)
+		outcomes, err := t.checkCommittables(ctx, cs)
+		if err != nil {
+			return fmt.Errorf("check committables of checkpoint %d: %w", m.Checkpoint, err)
+		}
+		for j, o := range outcomes {
+			if o == CommitDone && !restored[keyOf(cs[j])] {
+				return &restoreAgainError{checkpoint: m.Checkpoint, epoch: m.Epoch}
+			}
+		}
+		t.log.Info("an older owner wrote a checkpoint while this one restored; nothing of it was committed",
+			"checkpoint", m.Checkpoint, "its_epoch", m.Epoch)
+	}
+	return nil
 }
 
 // checkWalkBack refuses to restore m when a newer, rejected checkpoint had
@@ -178,5 +290,5 @@ func (t *task) use(m checkpoint.Manifest) {
 		t.restored[m.Operators[i].Operator] = &m.Operators[i]
 	}
 	t.restoredFrom = m.Checkpoint
-	t.log.Info("restoring", "checkpoint", m.Checkpoint, "epoch", m.Epoch)
+	t.log.Info("restoring", "checkpoint", m.Checkpoint, "its_epoch", m.Epoch)
 }

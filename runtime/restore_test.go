@@ -27,6 +27,8 @@ func TestRestoreWalkBack(t *testing.T) {
 		superseded bool
 		// anyErr: any error naming wantErr (not a sentinel).
 		anyErr bool
+		// claim: another owner's claim of the task, if not 0.
+		claim int64
 	}{
 		{name: "newest valid", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
 			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitResumable}, want: 2},
@@ -40,8 +42,20 @@ func TestRestoreWalkBack(t *testing.T) {
 			outcome: map[string]CommitOutcome{"a": CommitLost, "b": CommitLost}, wantErr: "checkpoint 1 lost a"},
 		{name: "fenced zombie manifest discarded", ms: []man{{5, nil}, {9, []string{"b"}}, {5, []string{"z"}}},
 			outcome: map[string]CommitOutcome{"b": CommitDone, "z": CommitLost}, want: 2},
-		{name: "committed zombie manifest is a valid cut", ms: []man{{5, nil}, {9, []string{"b"}}, {5, []string{"z"}}},
-			outcome: map[string]CommitOutcome{"b": CommitDone, "z": CommitDone}, want: 3},
+		// z can only be a transaction the zombie carried over from before
+		// the newer owner took over, which the newer owner committed when
+		// it restored: its output is in the newer owner's history.
+		{name: "committed zombie manifest after a newer owner's is never restored", ms: []man{{5, nil}, {9, []string{"b"}}, {5, []string{"z"}}},
+			outcome: map[string]CommitOutcome{"b": CommitDone, "z": CommitDone}, want: 2},
+		// The case of issue 11: valid by the transaction rule alone.
+		{name: "zombie manifest without transactions after a newer owner's", ms: []man{{5, []string{"a"}}, {9, []string{"b"}}, {9, nil}, {5, nil}},
+			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitDone}, want: 3},
+		{name: "zombie manifests between a newer owner's", ms: []man{{5, nil}, {9, nil}, {5, nil}, {9, nil}, {5, nil}},
+			want: 4},
+		{name: "zombie manifest before the newer owner's first is a consistent cut", ms: []man{{5, nil}, {5, nil}},
+			want: 2},
+		{name: "claimed by a newer owner", ms: []man{{5, nil}}, claim: 12, wantErr: "claimed by the owner with epoch 12", superseded: true},
+		{name: "older claims do not stop a newer owner", ms: []man{{5, nil}}, claim: 5, want: 1},
 		{name: "newer owner", ms: []man{{5, nil}, {11, nil}}, wantErr: "epoch 11", superseded: true},
 		{name: "unreadable newest fails the restore", ms: []man{{1, nil}, {1, nil}}, corrupt: 2, wantErr: "checkpoint 2", anyErr: true},
 		{name: "no checkpoint", want: 0},
@@ -78,6 +92,11 @@ func TestRestoreWalkBack(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
+			if tc.claim != 0 {
+				if err := checkpoint.Claim(ctx, st, "j", 0, tc.claim); err != nil {
+					t.Fatal(err)
+				}
+			}
 			cfg := &Config{Epoch: 10, CheckCommittables: func(_ context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
 				out := make([]CommitOutcome, len(cs))
 				for i, c := range cs {
@@ -88,7 +107,7 @@ func TestRestoreWalkBack(t *testing.T) {
 			if err := cfg.Validate("j"); err == nil {
 				t.Fatal("config without tasks and storage validated")
 			}
-			tk := &task{job: "j", storage: st, cfg: cfg, log: cfg.Logger, unusable: map[checkpoint.ID]error{}}
+			tk := &task{job: "j", storage: st, cfg: cfg, epoch: cfg.Epoch, log: cfg.Logger, unusable: map[checkpoint.ID]error{}}
 			for _, id := range tc.unusable {
 				tk.unusable[id] = errors.New("file x is corrupt")
 			}
@@ -111,6 +130,10 @@ func TestRestoreWalkBack(t *testing.T) {
 			}
 			if tk.restoredFrom != tc.want {
 				t.Fatalf("restored from %d, want %d", tk.restoredFrom, tc.want)
+			}
+			claims, err := checkpoint.Claims(ctx, st, "j", 0)
+			if err != nil || len(claims) != 1 || claims[0] != cfg.Epoch {
+				t.Fatalf("claims after the restore: %v (%v), want only this owner's [%d]", claims, err, cfg.Epoch)
 			}
 		})
 	}

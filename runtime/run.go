@@ -4,41 +4,255 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/weirstream/weir/checkpoint"
 )
 
-// Run runs the tasks cfg names until every one has finished its input (and
-// taken a final checkpoint), ctx is cancelled (then it returns nil), or a
-// task failed more often in a row than cfg.MaxRestarts allows.
+// Run runs the tasks cfg names, all with the fencing epoch cfg.Epoch, until
+// every one has finished its input (and taken a final checkpoint), ctx is
+// cancelled (then it returns nil), cfg.Drain is closed and every task has
+// drained, or a task failed more often in a row than cfg.MaxRestarts allows.
 //
 // A failed task restarts from its latest checkpoint after an exponential
 // backoff; a task that completed a checkpoint since its last failure starts
 // the backoff over.
 func Run(ctx context.Context, plan *Plan, cfg Config) error {
-	if err := cfg.Validate(plan.Name()); err != nil {
-		return fmt.Errorf("job %s: invalid configuration: %w", plan.Name(), err)
+	if len(cfg.Tasks) == 0 {
+		err := errors.New("tasks: at least one task is required")
+		return fmt.Errorf("job %s: invalid configuration: %w", plan.Name(), errors.Join(err, cfg.Validate(plan.Name())))
 	}
-	g, gctx := errgroup.WithContext(ctx)
-	for _, id := range cfg.Tasks {
-		g.Go(func() error { return superviseTask(gctx, plan, &cfg, id) })
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		once  sync.Once
+		first error
+	)
+	r, err := NewRunner(ctx, plan, cfg, func(task int, err error) {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			once.Do(func() { first = err; cancel() })
+		}
+	})
+	if err != nil {
+		return err
 	}
-	err := g.Wait()
-	if ctx.Err() != nil && errors.Is(err, context.Canceled) {
-		return nil
+	for _, id := range r.cfg.Tasks {
+		if err := r.Start(id, r.cfg.Epoch); err != nil {
+			return err
+		}
 	}
-	return err
+	r.Wait()
+	return first
 }
 
-func superviseTask(ctx context.Context, plan *Plan, cfg *Config, id int) error {
+// Runner runs tasks of one plan that come and go: a worker starts the tasks
+// its group assigns it and stops those it gives up. Each task is supervised
+// (restarted after a failure, see Run) until it finishes, is stopped, or
+// fails for good; then onExit hears of it.
+//
+// Config.Tasks and Config.Epoch are not used: Start names both. Closing
+// Config.Drain drains every running task (as Stop does, without a bound).
+type Runner struct {
+	plan   *Plan
+	cfg    Config
+	ctx    context.Context
+	onExit func(task int, err error)
+
+	mu    sync.Mutex
+	tasks map[int]*handle
+	wg    sync.WaitGroup
+}
+
+// handle is one running task of a Runner.
+type handle struct {
+	id      int
+	epoch   int64
+	cancel  context.CancelFunc
+	drain   chan struct{} // closed to stop gracefully
+	drainMu sync.Once
+	done    chan struct{} // closed when the supervisor returned
+	err     error         // the supervisor's result, set before done closes
+}
+
+func (h *handle) startDrain() { h.drainMu.Do(func() { close(h.drain) }) }
+
+// NewRunner validates cfg and returns a Runner whose tasks live at most as
+// long as ctx. onExit, if not nil, is called once per started task when it
+// ends: err is nil when it finished or drained, context.Canceled when it
+// was stopped or ctx ended, else why it failed for good (ErrSuperseded when
+// a newer owner has it).
+func NewRunner(ctx context.Context, plan *Plan, cfg Config, onExit func(task int, err error)) (*Runner, error) {
+	if err := cfg.Validate(plan.Name()); err != nil {
+		return nil, fmt.Errorf("job %s: invalid configuration: %w", plan.Name(), err)
+	}
+	if onExit == nil {
+		onExit = func(int, error) {}
+	}
+	r := &Runner{plan: plan, cfg: cfg, ctx: ctx, onExit: onExit, tasks: map[int]*handle{}}
+	if cfg.Drain != nil {
+		go func() { // ends with ctx or the drain
+			select {
+			case <-ctx.Done():
+			case <-cfg.Drain:
+				r.mu.Lock()
+				for _, h := range r.tasks {
+					h.startDrain()
+				}
+				r.mu.Unlock()
+			}
+		}()
+	}
+	return r, nil
+}
+
+// ErrTaskRunning is returned by Start for a task that runs already.
+var ErrTaskRunning = errors.New("task is running already")
+
+// Start starts task id as the owner with fencing epoch: it restores the
+// task's latest valid checkpoint and runs it until it is stopped, ends, or
+// fails for good.
+func (r *Runner) Start(id int, epoch int64) error {
+	if id < 0 {
+		return fmt.Errorf("task %d: negative index", id)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.tasks[id]; ok {
+		return fmt.Errorf("task %d: %w", id, ErrTaskRunning)
+	}
+	if err := r.ctx.Err(); err != nil {
+		return fmt.Errorf("task %d: %w", id, err)
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	h := &handle{id: id, epoch: epoch, cancel: cancel, drain: make(chan struct{}), done: make(chan struct{})}
+	if r.cfg.Drain != nil {
+		select {
+		case <-r.cfg.Drain:
+			h.startDrain()
+		default:
+		}
+	}
+	r.tasks[id] = h
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		err := superviseTask(ctx, r.plan, &r.cfg, h)
+		cancel()
+		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
+			err = context.Canceled
+		}
+		r.mu.Lock()
+		delete(r.tasks, id)
+		r.mu.Unlock()
+		h.err = err
+		close(h.done)
+		r.onExit(id, err)
+	}()
+	return nil
+}
+
+// StopResult is how a task stopped.
+type StopResult struct {
+	// Drained: the task took a final checkpoint and committed it before it
+	// stopped; its next owner resumes exactly there.
+	Drained bool
+	// Err is why it did not drain (the bound ran out, it had failed),
+	// nil if it drained or was not running.
+	Err error
+	// Took is how long the stop took.
+	Took time.Duration
+}
+
+// Stop stops task id gracefully: its sources stop reading, it takes a final
+// checkpoint and commits it. If that does not finish within bound (0: no
+// bound), the task is cancelled where it is and its last completed
+// checkpoint stands. Stop returns once the task has released everything
+// (its state stores are closed). A task that does not run stops at once.
+func (r *Runner) Stop(id int, bound time.Duration) StopResult {
+	start := time.Now()
+	r.mu.Lock()
+	h := r.tasks[id]
+	r.mu.Unlock()
+	if h == nil {
+		return StopResult{}
+	}
+	h.startDrain()
+	var timeout <-chan time.Time
+	if bound > 0 {
+		t := time.NewTimer(bound)
+		defer t.Stop()
+		timeout = t.C
+	}
+	select {
+	case <-h.done:
+	case <-timeout:
+		h.cancel()
+		<-h.done
+		return StopResult{Err: fmt.Errorf("task %d: no final checkpoint within %v: stopped where it was", id, bound), Took: time.Since(start)}
+	}
+	res := StopResult{Drained: h.err == nil, Took: time.Since(start)}
+	if h.err != nil && !errors.Is(h.err, context.Canceled) {
+		res.Err = h.err
+	}
+	return res
+}
+
+// Abort stops task id at once, without a final checkpoint (the worker lost
+// the task: another owner may run it already). It returns once the task has
+// released everything.
+func (r *Runner) Abort(id int) {
+	r.mu.Lock()
+	h := r.tasks[id]
+	r.mu.Unlock()
+	if h != nil {
+		h.cancel()
+		<-h.done
+	}
+}
+
+// Running returns the tasks that run, ascending.
+func (r *Runner) Running() []int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ids := make([]int, 0, len(r.tasks))
+	for id := range r.tasks {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// Epoch returns the fencing epoch task id runs with, false if it does not run.
+func (r *Runner) Epoch(id int) (int64, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if h := r.tasks[id]; h != nil {
+		return h.epoch, true
+	}
+	return 0, false
+}
+
+// Wait waits until no task runs.
+func (r *Runner) Wait() { r.wg.Wait() }
+
+// errDrainedAfterFailure: the task was down after a failure when it was
+// asked to drain; there was no final checkpoint to take.
+type drainedAfterFailureError struct{ err error }
+
+func (e *drainedAfterFailureError) Error() string {
+	return fmt.Sprintf("failed while draining: %v", e.err)
+}
+func (e *drainedAfterFailureError) Unwrap() error { return e.err }
+
+func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) error {
+	id := h.id
 	backoff := cfg.RestartBackoff
 	failures := 0
 	unusable := map[checkpoint.ID]error{}
 	for {
-		t := newTask(plan, cfg, id, unusable)
+		t := newTask(plan, cfg, id, h.epoch, h.drain, unusable)
 		err := t.run(ctx)
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -53,6 +267,13 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, id int) error {
 			unusable[bad.checkpoint] = bad
 			t.log.Error("cannot restore the state of checkpoint, falling back to the previous one", "checkpoint", bad.checkpoint, "err", err)
 			cfg.Observer.TaskFailed(plan.Name(), id, err, true)
+			continue
+		}
+		// An older owner committed a checkpoint while this one restored:
+		// restore again, at once, now that it is fenced.
+		var again *restoreAgainError
+		if errors.As(err, &again) {
+			t.log.Warn("restoring again", "err", err)
 			continue
 		}
 		t.mu.Lock()
@@ -76,12 +297,12 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, id int) error {
 		case <-ctx.Done():
 			timer.Stop()
 			return ctx.Err()
-		case <-cfg.Drain:
+		case <-h.drain:
 			// Draining while the task is down after a failure: there is no
 			// final checkpoint to take, and the failure must not pass for
 			// a clean stop.
 			timer.Stop()
-			return fmt.Errorf("task %d failed while draining: %w", id, err)
+			return fmt.Errorf("task %d: %w", id, &drainedAfterFailureError{err})
 		case <-timer.C:
 		}
 		backoff = min(2*backoff, cfg.MaxRestartBackoff)

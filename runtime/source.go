@@ -59,6 +59,9 @@ func (s *sourceRoot[T]) poll(ctx context.Context) error {
 		return fmt.Errorf("source %s: %w", s.name, err)
 	}
 	if s.batch.Len() > 0 {
+		if !s.t.firstRecord.Load() {
+			s.t.recordsFlowing()
+		}
 		if err := s.out.collectBatch(s.batch.Values, s.batch.Positions); err != nil {
 			return err
 		}

@@ -2,6 +2,8 @@ package runtime
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -33,6 +35,17 @@ type task struct {
 	backends state.Factory
 	stateDir string
 	now      func() time.Time
+	// epoch is the owner's fencing epoch; attempt is fresh for each run of
+	// the task, so that no two attempts or owners write the same object.
+	epoch   int64
+	attempt string
+	// drain, when closed, stops the task gracefully (final checkpoint).
+	drain   <-chan struct{}
+	started time.Time
+	// seen are the checkpoints restore read; recheck looks at the others.
+	seen map[checkpoint.ID]bool
+	// firstRecord is set once the observer heard of the first record.
+	firstRecord atomic.Bool
 
 	rootIdx   []int // per node: index of the root whose goroutine runs it
 	roots     []*root
@@ -65,14 +78,17 @@ type task struct {
 	completed  bool          // a checkpoint completed during this run
 }
 
-func newTask(plan *Plan, cfg *Config, id int, unusable map[checkpoint.ID]error) *task {
+func newTask(plan *Plan, cfg *Config, id int, epoch int64, drain <-chan struct{}, unusable map[checkpoint.ID]error) *task {
 	t := &task{
+		epoch:    epoch,
+		attempt:  newAttemptID(),
+		drain:    drain,
 		unusable: unusable,
 		job:      plan.g.name,
 		id:       id,
 		plan:     plan,
 		cfg:      cfg,
-		log:      cfg.Logger.With("job", plan.g.name, "task", id),
+		log:      cfg.Logger.With("job", plan.g.name, "task", id, "epoch", epoch),
 		observer: cfg.Observer,
 		storage:  cfg.Storage,
 		backends: cfg.StateBackend,
@@ -99,6 +115,20 @@ func newTask(plan *Plan, cfg *Config, id int, unusable map[checkpoint.ID]error) 
 		t.rootIdx[i] = t.rootIdx[n.inputs[0].id]
 	}
 	return t
+}
+
+// newAttemptID names one run of a task in the objects it writes.
+func newAttemptID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand does not fail
+	return hex.EncodeToString(b[:])
+}
+
+// recordsFlowing tells the observer of the task's first record, once.
+func (t *task) recordsFlowing() {
+	if !t.firstRecord.Swap(true) {
+		t.observer.FirstRecord(t.job, t.id, time.Since(t.started))
+	}
 }
 
 func (t *task) rootOf(n *node) *root { return t.roots[t.rootIdx[n.id]] }
@@ -250,6 +280,7 @@ func (t *task) run(ctx context.Context) (err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	t.ctx = ctx
+	t.started = time.Now()
 	defer func() {
 		cancel()
 		t.uploads.Wait()
@@ -274,7 +305,7 @@ func (t *task) run(ctx context.Context) (err error) {
 		Storage:     t.storage,
 		Job:         t.job,
 		Task:        t.id,
-		Epoch:       t.cfg.Epoch,
+		Epoch:       t.epoch,
 		Executor:    t,
 		Logger:      t.cfg.Logger, // the driver adds job and task itself
 		OnComplete:  func(m checkpoint.Manifest) { t.observer.CheckpointCompleted(t.job, t.id, m) },
@@ -296,6 +327,12 @@ func (t *task) run(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	// The sinks have fenced every older owner: what it committed until
+	// now is in storage.
+	if err := t.recheck(ctx); err != nil {
+		return err
+	}
+	t.observer.TaskRestored(t.job, t.id, t.epoch, t.restoredFrom, time.Since(t.started))
 
 	dctx, stopDriver := context.WithCancel(gctx)
 	defer stopDriver()
@@ -321,7 +358,7 @@ func (t *task) run(ctx context.Context) (err error) {
 	g.Go(func() error {
 		select {
 		case <-dctx.Done():
-		case <-t.cfg.Drain:
+		case <-t.drain:
 			t.log.Info("draining: final checkpoint, then stop")
 			for _, r := range t.roots {
 				if r.source {

@@ -20,10 +20,22 @@ type txnStore[T any] struct {
 	pending   map[string][]T
 	done      map[string]bool
 	committed []T
+	// gen counts, per task, the writers opened: opening one fences the
+	// older ones, as initialising a Kafka transactional id does.
+	gen map[int]int
 }
 
 func newTxnStore[T any]() *txnStore[T] {
-	return &txnStore[T]{pending: map[string][]T{}, done: map[string]bool{}}
+	return &txnStore[T]{pending: map[string][]T{}, done: map[string]bool{}, gen: map[int]int{}}
+}
+
+// fenced reports whether a newer writer of w's task was opened since w;
+// the caller holds w.s.mu.
+func (w *txnWriter[T]) fenced() error {
+	if w.s.gen[w.task] != w.gen {
+		return fmt.Errorf("task %d: writer fenced by a newer one", w.task)
+	}
+	return nil
 }
 
 func (s *txnStore[T]) visible() []T {
@@ -36,6 +48,10 @@ func (s *txnStore[T]) visible() []T {
 func (s *txnStore[T]) commit(txn string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.commitLocked(txn)
+}
+
+func (s *txnStore[T]) commitLocked(txn string) error {
 	if s.done[txn] {
 		return nil
 	}
@@ -73,6 +89,10 @@ func (s *txnStore[T]) check(_ context.Context, cs []checkpoint.Committable) ([]r
 func (s *txnStore[T]) abortTask(task int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.abortTaskLocked(task)
+}
+
+func (s *txnStore[T]) abortTaskLocked(task int) {
 	prefix := fmt.Sprintf("t%d-", task)
 	for txn := range s.pending {
 		if strings.HasPrefix(txn, prefix) {
@@ -88,6 +108,7 @@ type openTxn struct {
 
 type txnWriter[T any] struct {
 	s    *txnStore[T]
+	gen  int
 	op   string
 	task int
 	buf  []T
@@ -99,13 +120,17 @@ type txnWriter[T any] struct {
 // when the checkpoint completes.
 func (s *txnStore[T]) sink() runtime.SinkFactory[T] {
 	return func(_ context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
 		for _, c := range restored {
-			if err := s.commit(c.TransactionalID); err != nil {
+			if err := s.commitLocked(c.TransactionalID); err != nil {
 				return nil, fmt.Errorf("recover committable: %w", err)
 			}
 		}
-		s.abortTask(info.Task)
-		return &txnWriter[T]{s: s, op: info.Operator, task: info.Task}, nil
+		s.abortTaskLocked(info.Task)
+		s.gen[info.Task]++
+		gen := s.gen[info.Task]
+		return &txnWriter[T]{s: s, gen: gen, op: info.Operator, task: info.Task}, nil
 	}
 }
 
@@ -115,12 +140,15 @@ func (w *txnWriter[T]) Write(_ context.Context, v T) error {
 }
 
 func (w *txnWriter[T]) PreCommit(_ context.Context, id checkpoint.ID) ([]checkpoint.Committable, error) {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	if err := w.fenced(); err != nil {
+		return nil, err
+	}
 	if len(w.buf) > 0 {
-		w.s.mu.Lock()
 		w.s.seq++
 		txn := fmt.Sprintf("t%d-%d", w.task, w.s.seq)
 		w.s.pending[txn] = w.buf
-		w.s.mu.Unlock()
 		w.buf = nil
 		w.open = append(w.open, openTxn{id, txn})
 	}
@@ -133,13 +161,18 @@ func (w *txnWriter[T]) PreCommit(_ context.Context, id checkpoint.ID) ([]checkpo
 }
 
 func (w *txnWriter[T]) Commit(_ context.Context, id checkpoint.ID) error {
+	w.s.mu.Lock()
+	defer w.s.mu.Unlock()
+	if err := w.fenced(); err != nil {
+		return err
+	}
 	keep := w.open[:0]
 	for _, o := range w.open {
 		if o.checkpoint > id {
 			keep = append(keep, o)
 			continue
 		}
-		if err := w.s.commit(o.txn); err != nil {
+		if err := w.s.commitLocked(o.txn); err != nil {
 			return err
 		}
 	}

@@ -115,6 +115,7 @@ func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, lo
 // observer logs checkpoints, feeds the metrics and hands completed
 // checkpoints' positions to the lag committer. It never blocks.
 type observer struct {
+	runtime.NopObserver
 	log     *slog.Logger
 	metrics *metrics
 	lag     *lagCommitter // nil: no lag commits
