@@ -67,8 +67,9 @@ func (j *countJob) useS3(b *testcluster.Bucket) {
 	}
 }
 
-// run starts `processor run` for tasks (e.g. "0,1") with a state directory
-// of its own; flags override the defaults below.
+// run starts `processor run` for tasks (e.g. "0,1"; "" for the tasks the
+// job's consumer group assigns) with a state directory of its own; flags
+// override the defaults below.
 func (j *countJob) run(name, tasks string, flags ...string) *proc {
 	j.t.Helper()
 	j.starts++
@@ -78,10 +79,13 @@ func (j *countJob) run(name, tasks string, flags ...string) *proc {
 		"--brokers", strings.Join(j.c.Brokers, ","),
 		"--input", j.input,
 		"--output", j.output,
-		"--tasks", tasks,
 		"--checkpoints", j.storage,
 		"--state-dir", filepath.Join(j.stateRoot, strconv.Itoa(j.starts)),
 		"--delivery", "exactly-once",
+		"--http-addr", "127.0.0.1:0",
+	}
+	if tasks != "" {
+		args = append(args, "--tasks", tasks)
 	}
 	return j.ps.start(name, append(args, flags...)...)
 }

@@ -31,7 +31,7 @@ func Run(ctx context.Context, plan *Plan, cfg Config) error {
 		first error
 	)
 	r, err := NewRunner(ctx, plan, cfg, func(task int, err error) {
-		if err != nil && !errors.Is(err, context.Canceled) {
+		if err != nil && err != context.Canceled { // a bare Canceled: stopped
 			once.Do(func() { first = err; cancel() })
 		}
 	})
@@ -80,9 +80,10 @@ func (h *handle) startDrain() { h.drainMu.Do(func() { close(h.drain) }) }
 
 // NewRunner validates cfg and returns a Runner whose tasks live at most as
 // long as ctx. onExit, if not nil, is called once per started task when it
-// ends: err is nil when it finished or drained, context.Canceled when it
-// was stopped or ctx ended, else why it failed for good (ErrSuperseded when
-// a newer owner has it).
+// ends, before Stop or Abort of it return: err is nil when it finished or
+// drained, context.Canceled itself (not wrapped) when it was stopped or ctx
+// ended, else why it failed for good (ErrSuperseded when a newer owner has
+// it).
 func NewRunner(ctx context.Context, plan *Plan, cfg Config, onExit func(task int, err error)) (*Runner, error) {
 	if err := cfg.Validate(plan.Name()); err != nil {
 		return nil, fmt.Errorf("job %s: invalid configuration: %w", plan.Name(), err)
@@ -139,16 +140,20 @@ func (r *Runner) Start(id int, epoch int64) error {
 	go func() {
 		defer r.wg.Done()
 		err := superviseTask(ctx, r.plan, &r.cfg, h)
-		cancel()
+		// Stopped (Stop's bound, Abort, the Runner's context) is a bare
+		// Canceled; a failure that wraps Canceled stays a failure.
 		if ctx.Err() != nil && errors.Is(err, context.Canceled) {
 			err = context.Canceled
 		}
+		cancel()
 		r.mu.Lock()
 		delete(r.tasks, id)
 		r.mu.Unlock()
 		h.err = err
-		close(h.done)
+		// onExit first: once Stop or Abort return, the task's end has
+		// been reported, and a new Start of it is a new run.
 		r.onExit(id, err)
+		close(h.done)
 	}()
 	return nil
 }
@@ -190,10 +195,12 @@ func (r *Runner) Stop(id int, bound time.Duration) StopResult {
 	case <-timeout:
 		h.cancel()
 		<-h.done
-		return StopResult{Err: fmt.Errorf("task %d: no final checkpoint within %v: stopped where it was", id, bound), Took: time.Since(start)}
+		if h.err != nil { // else it drained just as the bound ran out
+			return StopResult{Err: fmt.Errorf("task %d: no final checkpoint within %v: stopped where it was", id, bound), Took: time.Since(start)}
+		}
 	}
 	res := StopResult{Drained: h.err == nil, Took: time.Since(start)}
-	if h.err != nil && !errors.Is(h.err, context.Canceled) {
+	if h.err != nil && h.err != context.Canceled {
 		res.Err = h.err
 	}
 	return res

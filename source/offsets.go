@@ -167,6 +167,21 @@ func (c *Committer) CommitOffsets(ctx context.Context, positions []checkpoint.So
 // Close closes the committer's client.
 func (c *Committer) Close() { c.cl.Close() }
 
+// EndOffsets returns the last stable offset of each partition of topic:
+// where a read_committed reader's input ends now.
+func (c *Committer) EndOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
+	ls, err := c.adm.ListCommittedOffsets(ctx, topic)
+	if err != nil {
+		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	if err := ls.Error(); err != nil {
+		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	out := map[int32]int64{}
+	ls.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
+	return out, nil
+}
+
 // ManifestPositions returns the source positions of every operator of m.
 func ManifestPositions(m checkpoint.Manifest) []checkpoint.SourcePosition {
 	var out []checkpoint.SourcePosition

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/cli"
+	"github.com/weirstream/weir/worker"
 )
 
 // `processor checkpoints list|inspect` reads manifests from checkpoint
@@ -52,7 +54,7 @@ func (c *checkpointsConfig) name() string {
 
 func (c *checkpointsConfig) validate(inspect bool) error {
 	var errs []error
-	if err := checkCheckpointsURI(c.Checkpoints); err != nil {
+	if err := worker.CheckCheckpointsURI(c.Checkpoints); err != nil {
 		errs = append(errs, fmt.Errorf("--checkpoints: %w", err))
 	} else if c.Checkpoints == "memory" || c.Checkpoints == "memory://" {
 		errs = append(errs, errors.New("--checkpoints: memory storage lives inside the process that wrote it; name a file:// or s3:// storage"))
@@ -60,7 +62,7 @@ func (c *checkpointsConfig) validate(inspect bool) error {
 	switch n := c.name(); {
 	case n == "":
 		errs = append(errs, errors.New("--name: required: the job instance name (run's --name, or its --job if --name was not set)"))
-	case !validName.MatchString(n):
+	case !worker.ValidName(n):
 		errs = append(errs, fmt.Errorf("--name: %q, want letters, digits, '.', '_' or '-'", n))
 	}
 	if inspect {
@@ -93,7 +95,7 @@ func (c *checkpointsConfig) id() (id checkpoint.ID, latest bool, err error) {
 func checkpointsCommand(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, checkpointsUsage)
-		return usageError{errors.New("checkpoints: want a subcommand: list or inspect")}
+		return cli.UsageError{Err: errors.New("checkpoints: want a subcommand: list or inspect")}
 	}
 	sub, args := args[0], args[1:]
 	var inspect bool
@@ -105,15 +107,15 @@ func checkpointsCommand(ctx context.Context, args []string, lookup func(string) 
 		fmt.Fprint(stdout, checkpointsUsage)
 		return nil
 	default:
-		return usageError{fmt.Errorf("checkpoints: unknown subcommand %q, want list or inspect", sub)}
+		return cli.UsageError{Err: fmt.Errorf("checkpoints: unknown subcommand %q, want list or inspect", sub)}
 	}
 
-	c := checkpointsConfig{Checkpoints: DefaultConfig().Checkpoints, Job: "", Task: -1}
+	c := checkpointsConfig{Checkpoints: worker.DefaultConfig().Checkpoints, Job: "", Task: -1}
 	synopsis := "List the completed checkpoints of a job, per task, newest marked."
 	if inspect {
 		synopsis = "Print the manifest of one checkpoint of one task (--id N, or --id latest)."
 	}
-	fs := newFlagSet("checkpoints "+sub, synopsis, stderr)
+	fs := cli.NewFlagSet("processor checkpoints "+sub, synopsis, stderr)
 	fs.StringVar(&c.Checkpoints, "checkpoints", c.Checkpoints, "checkpoint storage: file:///path or s3://bucket/prefix[?region=R&endpoint=URL&path_style=true], as given to run")
 	fs.StringVar(&c.Name, "name", c.Name, "job instance name, as given to run (default: --job)")
 	fs.StringVar(&c.Job, "job", c.Job, "the job, standing in for --name when that is unset (as in run)")
@@ -124,22 +126,22 @@ func checkpointsCommand(ctx context.Context, args []string, lookup func(string) 
 		fs.IntVar(&c.Task, "task", c.Task, "only this task (default: every task with checkpoints)")
 	}
 	fs.BoolVar(&c.JSON, "json", c.JSON, "print JSON (list: one object per checkpoint; inspect: the manifest)")
-	if err := parseFlags(fs, args, lookup); err != nil {
+	if err := cli.Parse(fs, args, lookup); err != nil {
 		return err
 	}
 	if err := c.validate(inspect); err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	// Reading must not create: checkpoint.Open makes a file:// root that
 	// does not exist, and a mistyped path would then just look empty.
 	if dir, ok := strings.CutPrefix(c.Checkpoints, "file://"); ok {
 		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return usageError{fmt.Errorf("--checkpoints: %s is not a directory", dir)}
+			return cli.UsageError{Err: fmt.Errorf("--checkpoints: %s is not a directory", dir)}
 		}
 	}
 	st, err := checkpoint.Open(ctx, c.Checkpoints)
 	if err != nil {
-		return usageError{fmt.Errorf("--checkpoints: %w", err)}
+		return cli.UsageError{Err: fmt.Errorf("--checkpoints: %w", err)}
 	}
 	if inspect {
 		return inspectCheckpoint(ctx, st, c, stdout)

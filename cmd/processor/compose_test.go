@@ -8,6 +8,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/cli"
+	"github.com/weirstream/weir/worker"
 )
 
 // TestComposeWorkerSettings: the worker's environment in docker-compose.yml
@@ -27,15 +29,15 @@ func TestComposeWorkerSettings(t *testing.T) {
 	if err := yaml.Unmarshal(raw, &f); err != nil {
 		t.Fatalf("parse docker-compose.yml: %v", err)
 	}
-	worker, ok := f.Services["worker"]
+	svc, ok := f.Services["worker"]
 	if !ok {
 		t.Fatal("docker-compose.yml has no worker service")
 	}
-	environ := worker.Environment
+	environ := svc.Environment
 
-	fs := newFlagSet("run", "", &strings.Builder{})
-	c := DefaultConfig()
-	c.flags(fs)
+	fs := cli.NewFlagSet("processor run", "", &strings.Builder{})
+	c := worker.DefaultConfig()
+	c.RegisterFlags(fs)
 	for k := range environ {
 		name, ok := strings.CutPrefix(k, "WEIR_")
 		if !ok {
@@ -48,11 +50,11 @@ func TestComposeWorkerSettings(t *testing.T) {
 	}
 
 	var stderr strings.Builder
-	cfg, err := parseRunConfig(nil, func(k string) (string, bool) { v, ok := environ[k]; return v, ok }, &stderr)
+	cfg, err := worker.Parse(nil, func(k string) (string, bool) { v, ok := environ[k]; return v, ok }, &stderr)
 	if err != nil {
 		t.Fatalf("the worker's environment is not a valid configuration: %v\n%s", err, stderr.String())
 	}
-	if cfg.StateBackend != stateBackendPebble {
+	if cfg.StateBackend != "pebble" {
 		t.Errorf("worker's state backend %q, want pebble", cfg.StateBackend)
 	}
 	if !strings.HasPrefix(cfg.Checkpoints, "s3://") {

@@ -16,7 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/examples/balance"
+	"github.com/weirstream/weir/internal/cli"
 	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/worker"
 )
 
 // demoConfig is the configuration of `processor demo`.
@@ -75,7 +78,7 @@ func (c *demoConfig) Validate() error {
 
 func demoCommand(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
 	c := defaultDemoConfig()
-	fs := newFlagSet("demo", "Run the balance example on an embedded Kafka (kfake), with Pebble state checkpointed\nincrementally to an embedded S3 server (gofakes3 over HTTP): produce transfers, run the job\nwith exactly-once output, crash it midway, restore, and verify the committed output.", stderr)
+	fs := cli.NewFlagSet("processor demo", "Run the balance example on an embedded Kafka (kfake), with Pebble state checkpointed\nincrementally to an embedded S3 server (gofakes3 over HTTP): produce transfers, run the job\nwith exactly-once output, crash it midway, restore, and verify the committed output.", stderr)
 	fs.Int64Var(&c.Records, "records", c.Records, "transfers to produce")
 	fs.IntVar(&c.Accounts, "accounts", c.Accounts, "accounts")
 	fs.IntVar(&c.Partitions, "partitions", c.Partitions, "partitions of the topics = tasks")
@@ -85,11 +88,11 @@ func demoCommand(ctx context.Context, args []string, lookup func(string) (string
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "give up after this")
 	fs.StringVar(&c.Dir, "dir", c.Dir, "directory for local state (default: a temporary one, removed)")
 	fs.BoolVar(&c.Verbose, "v", c.Verbose, "log the runtime's info lines to stderr")
-	if err := parseFlags(fs, args, lookup); err != nil {
+	if err := cli.Parse(fs, args, lookup); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	res, err := demo(ctx, c, stdout, stderr)
 	if err != nil {
@@ -162,7 +165,7 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 	if c.Verbose {
 		level = slog.LevelInfo
 	}
-	cfg := DefaultConfig()
+	cfg := worker.DefaultConfig()
 	cfg.Job, cfg.Name = demoJob, demoJob
 	cfg.Brokers, cfg.Input, cfg.Output = brokers, demoInput, demoOutput
 	s3, err := startDemoS3(ctx)
@@ -172,32 +175,36 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 	defer s3.close()
 	p("embedded S3 (gofakes3) at %s; checkpoints to bucket %s under %s/", s3.endpoint, demoBucket, demoPrefix)
 	cfg.Checkpoints = s3.uri
-	cfg.StateBackend = stateBackendPebble
+	cfg.StateBackend = "pebble"
+	cfg.HTTPAddr = "off"
+	for t := range c.Partitions {
+		cfg.Tasks = append(cfg.Tasks, t)
+	}
 	cfg.StateDir = filepath.Join(dir, "state")
 	cfg.Interval, cfg.CheckpointTimeout = c.Interval, 10*time.Second
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
+	demoJobs := []worker.Job{worker.Pipeline(demoJob, balance.Decode, balance.Encode, balance.Build)}
 	obs := &demoObserver{p: p, tasks: c.Partitions, total: c.Records, done: map[int]bool{}, pos: map[int]int64{}, pending: map[checkpoint.ID][]demoCheckpoint{}}
-	st := &recordStats{}
-	start := func(epoch int64) (context.CancelFunc, <-chan error) {
-		cfg.Epoch = epoch
-		w := &worker{cfg: cfg, log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})), stats: st, extra: obs,
-			storage: s3.storage}
+	st := &worker.Stats{}
+	start := func() (context.CancelFunc, <-chan error) {
+		log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- w.run(rctx) }()
+		go func() {
+			done <- worker.Run(rctx, cfg, demoJobs, worker.Options{Logger: log, Stats: st, Observer: obs, Storage: s3.storage})
+		}()
 		return stop, done
 	}
 
-	epoch := time.Now().UnixNano()
-	p("starting job %q: %d tasks, Pebble state, exactly-once Kafka sink, checkpoints every %v to s3://%s/%s/ (epoch %d)",
-		demoJob, c.Partitions, c.Interval, demoBucket, demoPrefix, epoch)
-	stop, done := start(epoch)
+	p("starting job %q: %d tasks, Pebble state, exactly-once Kafka sink, checkpoints every %v to s3://%s/%s/",
+		demoJob, c.Partitions, c.Interval, demoBucket, demoPrefix)
+	stop, done := start()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	progress := func() {
-		p("progress: produced %d, read %d, committed out %d", produced.Load(), st.in.Load(), committed.Load())
+		p("progress: produced %d, read %d, committed out %d", produced.Load(), st.In.Load(), committed.Load())
 	}
 
 	// Phase 1: run until the crash point, with a checkpoint on every task.
@@ -222,7 +229,7 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 			progress()
 		case <-obs.changed():
 		}
-		if st.in.Load() >= crashAt && obs.allCheckpointed() {
+		if st.In.Load() >= crashAt && obs.allCheckpointed() {
 			res.Crashed = true
 		}
 	}
@@ -231,12 +238,12 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 	// pre-committed for checkpoints that did not complete stay open in
 	// the broker; what the tasks read after their last checkpoint is read
 	// again after the restart.
-	p("*** CRASH: stopping the job abruptly after reading %d records, %d committed out (no final checkpoint)", st.in.Load(), committed.Load())
+	p("*** CRASH: stopping the job abruptly after reading %d records, %d committed out (no final checkpoint)", st.In.Load(), committed.Load())
 	stop()
 	if err := <-done; err != nil {
 		return res, fmt.Errorf("demo: first run: %w", err)
 	}
-	readBefore := st.in.Load()
+	readBefore := st.In.Load()
 	storage := s3.storage
 	res.Restored = map[int]checkpoint.ID{}
 	var checkpointed int64
@@ -261,13 +268,12 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 		p("task %d: latest checkpoint %d at input offset %d, state %s (%s of it new), %d pending transactions",
 			task, m.Checkpoint, pos, byteSize(full), byteSize(incr), len(committablesOf(m)))
 	}
-	epoch = time.Now().UnixNano()
-	p("restarting (epoch %d): each task restores its checkpoint, commits its pending transactions, fences the", epoch)
+	p("restarting with a new fencing epoch: each task restores its checkpoint, commits its pending transactions, fences the")
 	p("old producers and reads again from the checkpoint's offsets: %d records read after the checkpoints are read twice", readBefore-checkpointed)
 	obs.reset()
 
 	// Phase 2: restore and run until the output caught up with the input.
-	stop, done = start(epoch)
+	stop, done = start()
 	lastOut, idleSince := int64(-1), time.Now()
 	for {
 		select {
@@ -307,7 +313,7 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 		return res, fmt.Errorf("demo: second run: %w", err)
 	}
 	p("records read %d (%d read twice because of the crash), written %d (rewrites in aborted transactions included)",
-		st.in.Load(), st.in.Load()-c.Records, st.out.Load())
+		st.In.Load(), st.In.Load()-c.Records, st.Out.Load())
 
 	// The verdict, from what a read_committed consumer sees.
 	v, err := verify(ctx, brokers, "balance", demoInput, demoOutput)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/internal/testcluster"
+	"github.com/weirstream/weir/worker"
 )
 
 // TestRunDrains: closing the drain channel (what SIGTERM does) makes `run`
@@ -21,7 +22,8 @@ func TestRunDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	var stderr strings.Builder
-	cfg, err := parseRunConfig([]string{
+	cfg, err := worker.Parse([]string{
+		"--job", "count", "--http-addr", "off", "--tasks", "0,1",
 		"--name", testcluster.UniqueName(t, "count"), "--brokers", strings.Join(c.Brokers, ","),
 		"--input", in, "--output", out, "--state-dir", t.TempDir(), "--checkpoints", "file://" + t.TempDir(),
 		// Checkpoints far apart: only the drain's final checkpoint can
@@ -32,10 +34,11 @@ func TestRunDrains(t *testing.T) {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	drain := make(chan struct{})
-	w := &worker{cfg: cfg, drain: drain, stats: &recordStats{}, log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	st := &worker.Stats{}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	done := make(chan error, 1)
-	go func() { done <- w.run(ctx) }()
-	waitRead(t, w, 3000)
+	go func() { done <- worker.Run(ctx, cfg, jobs, worker.Options{Drain: drain, Stats: st, Logger: log}) }()
+	waitRead(t, st, 3000)
 	close(drain)
 	select {
 	case err := <-done:
@@ -57,12 +60,12 @@ func TestRunDrains(t *testing.T) {
 
 // waitRead waits until the worker has read n input records. There is no
 // event for it; poll with the test's deadline.
-func waitRead(t *testing.T, w *worker, n int64) {
+func waitRead(t *testing.T, st *worker.Stats, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for w.stats.in.Load() < n {
+	for st.In.Load() < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("worker read %d of %d records in a minute", w.stats.in.Load(), n)
+			t.Fatalf("worker read %d of %d records in a minute", st.In.Load(), n)
 		}
 		time.Sleep(10 * time.Millisecond) // polling a counter, not synchronising
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/examples/balance"
+	"github.com/weirstream/weir/internal/cli"
 )
 
 // generateConfig is the configuration of `processor generate`.
@@ -42,7 +43,7 @@ func defaultGenerateConfig() generateConfig {
 }
 
 func (c *generateConfig) Validate() error {
-	errs := checkBrokers(c.Brokers)
+	errs := cli.CheckBrokers(c.Brokers)
 	bad := func(flag, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
 	}
@@ -75,8 +76,8 @@ func (c *generateConfig) Validate() error {
 
 func generateCommand(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
 	c := defaultGenerateConfig()
-	fs := newFlagSet("generate", "Write numbered test records to --topic: count records (key k<i%keys>, value <i>)\nor balance transfers (key acc-<i%keys>, value {\"id\":\"t-<i>\",\"account\":...,\"amount\":...}).", stderr)
-	fs.Var(listFlag{&c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
+	fs := cli.NewFlagSet("processor generate", "Write numbered test records to --topic: count records (key k<i%keys>, value <i>)\nor balance transfers (key acc-<i%keys>, value {\"id\":\"t-<i>\",\"account\":...,\"amount\":...}).", stderr)
+	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
 	fs.StringVar(&c.Topic, "topic", c.Topic, "topic to write (required)")
 	fs.StringVar(&c.Job, "job", c.Job, "record format: count or balance")
 	fs.Int64Var(&c.Records, "records", c.Records, "number of records")
@@ -86,11 +87,11 @@ func generateCommand(ctx context.Context, args []string, lookup func(string) (st
 	fs.IntVar(&c.Partitions, "partitions", c.Partitions, "partitions of a created topic")
 	fs.IntVar(&c.Rate, "rate", c.Rate, "records per second at most (0: no limit)")
 	fs.IntVar(&c.Batch, "batch", c.Batch, "records per produce batch")
-	if err := parseFlags(fs, args, lookup); err != nil {
+	if err := cli.Parse(fs, args, lookup); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	n, err := generate(ctx, c, nil)
 	if err != nil {

@@ -5,20 +5,18 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
-	"net/http"
 	"reflect"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/testcluster"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/worker"
 )
 
 // testCtx bounds a test that talks to Kafka.
@@ -102,7 +100,7 @@ func s3Checkpoints(t *testing.T) string {
 // runCountJob runs the count job twice over 5001 records (one undecodable)
 // with the settings in environ plus the test's topics, and checks the
 // verdict. It returns the configuration of the runs.
-func runCountJob(t *testing.T, environ func(string) (string, bool)) Config {
+func runCountJob(t *testing.T, environ func(string) (string, bool)) worker.Config {
 	ctx := testCtx(t, 2*time.Minute)
 	c := testcluster.Kafka(t)
 	in, out, dlq := testcluster.UniqueName(t, "in"), testcluster.UniqueName(t, "out"), testcluster.UniqueName(t, "dlq")
@@ -118,7 +116,8 @@ func runCountJob(t *testing.T, environ func(string) (string, bool)) Config {
 	}
 
 	var stderr strings.Builder
-	cfg, err := parseRunConfig([]string{
+	cfg, err := worker.Parse([]string{
+		"--job", "count", "--http-addr", "off",
 		"--name", testcluster.UniqueName(t, "count"), "--brokers", strings.Join(c.Brokers, ","),
 		"--input", in, "--output", out, "--dead-letter", dlq, "--state-dir", t.TempDir(),
 		"--interval", "50ms", "--checkpoint-timeout", "30s", "--txn-timeout", "40s",
@@ -126,20 +125,21 @@ func runCountJob(t *testing.T, environ func(string) (string, bool)) Config {
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
-	runUntil := func(epoch int64, committed int) {
+	// Each run is a worker that joins the job's group alone and gets every
+	// task, with a fresh fencing epoch.
+	runUntil := func(committed int) {
 		t.Helper()
-		cfg.Epoch = epoch
-		w := &worker{cfg: cfg, log: slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+		log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
 		rctx, stop := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- w.run(rctx) }()
+		go func() { done <- worker.Run(rctx, cfg, jobs, worker.Options{Logger: log}) }()
 		waitCommitted(t, ctx, c.Brokers, out, committed)
 		stop()
 		if err := <-done; err != nil {
-			t.Fatalf("run (epoch %d): %v", epoch, err)
+			t.Fatalf("run: %v", err)
 		}
 	}
-	runUntil(1, 2500)
+	runUntil(2500)
 
 	// More input, then a new process (a higher epoch) restores the
 	// checkpoints of the first and carries on.
@@ -147,7 +147,7 @@ func runCountJob(t *testing.T, environ func(string) (string, bool)) Config {
 	if _, err := generate(ctx, gen, nil); err != nil {
 		t.Fatal(err)
 	}
-	runUntil(2, 5000)
+	runUntil(5000)
 
 	v, err := verify(ctx, c.Brokers, "count", in, out)
 	if err != nil {
@@ -166,21 +166,22 @@ func runCountJob(t *testing.T, environ func(string) (string, bool)) Config {
 	}
 
 	// The lag group has the last checkpoint's positions: everything read.
-	offsets, err := c.Admin(t).FetchOffsets(ctx, lagGroup(&cfg))
+	lagGroup := cfg.Group() + "-lag"
+	offsets, err := c.Admin(t).FetchOffsets(ctx, lagGroup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var lagged int64
 	offsets.Each(func(o kadm.OffsetResponse) { lagged += o.At })
 	if lagged != 5001 {
-		t.Errorf("group %s has committed offsets summing to %d, want 5001: %v", lagGroup(&cfg), lagged, offsets)
+		t.Errorf("group %s has committed offsets summing to %d, want 5001: %v", lagGroup, lagged, offsets)
 	}
 	return cfg
 }
 
 // checkCheckpointsCLI reads the checkpoints a count job run left with
 // `checkpoints list` and `inspect`, as text and as JSON.
-func checkCheckpointsCLI(t *testing.T, cfg Config, backend string) {
+func checkCheckpointsCLI(t *testing.T, cfg worker.Config, backend string) {
 	t.Helper()
 	storage, err := checkpoint.Open(t.Context(), cfg.Checkpoints)
 	if err != nil {
@@ -318,46 +319,14 @@ func TestDemo(t *testing.T) {
 	}
 }
 
-func TestMetricsEndpoints(t *testing.T) {
-	st := &recordStats{}
-	st.in.Add(7)
-	reg := prometheus.NewRegistry()
-	m := newMetrics("count", st)
-	if err := m.register(reg); err != nil {
-		t.Fatal(err)
-	}
-	o := &observer{log: slog.New(slog.DiscardHandler), metrics: m, extra: runtime.NopObserver{}}
-	o.CheckpointCompleted("count", 1, checkpoint.Manifest{Checkpoint: 4, Timestamp: time.Now(),
-		Operators: []checkpoint.Ack{{Operator: "count", State: &checkpoint.StateHandle{Size: 100}}, {Operator: "x", State: &checkpoint.StateHandle{Size: 23}}}})
-	addr, stop, err := serveMetrics(t.Context(), "127.0.0.1:0", reg, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stop()
-	get := func(path string) string {
-		resp, err := http.Get("http://" + addr + path)
-		if err != nil {
-			t.Fatal(err)
+
+func env(kv ...string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if kv[i] == k {
+				return kv[i+1], true
+			}
 		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 200 {
-			t.Fatalf("%s: %s", path, resp.Status)
-		}
-		return string(b)
-	}
-	if got := get("/healthz"); got != "ok\n" {
-		t.Errorf("/healthz: %q", got)
-	}
-	metrics := get("/metrics")
-	for _, want := range []string{
-		`weir_records_in_total{job="count"} 7`,
-		`weir_checkpoint_size_bytes{job="count",task="1"} 123`,
-		`weir_checkpoints_completed_total{job="count",task="1"} 1`,
-		`weir_checkpoint_last_id{job="count",task="1"} 4`,
-	} {
-		if !strings.Contains(metrics, want) {
-			t.Errorf("/metrics lacks %s", want)
-		}
+		return "", false
 	}
 }

@@ -18,19 +18,23 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/weirstream/weir/examples/balance"
+	"github.com/weirstream/weir/examples/count"
+	"github.com/weirstream/weir/worker"
 )
 
 const usage = `usage: processor <command> [flags]
 
 commands:
-  run       run tasks of a job on Kafka (count or balance)
+  run       run a worker of a job on Kafka (count or balance); workers of one
+            job share its tasks through a consumer group
   generate  write test records to a topic
   verify    read input and output read_committed and check exactly-once
   checkpoints list|inspect
@@ -105,29 +109,29 @@ func runDrainable(ctx context.Context, drain <-chan struct{}, args []string, loo
 		fmt.Fprintf(stderr, "processor: unknown command %q\n\n%s", cmd, usage)
 		return 2
 	}
-	return exitCode(err, stderr)
+	return worker.ExitCode(err, stderr)
 }
 
-func exitCode(err error, stderr io.Writer) int {
-	var ue usageError
-	switch {
-	case err == nil:
-		return 0
-	case errors.Is(err, flag.ErrHelp):
-		return 0
-	case errors.As(err, &ue):
-		fmt.Fprintf(stderr, "processor: bad settings:\n%v\n", err)
-		return 2
-	}
-	fmt.Fprintf(stderr, "processor: %v\n", err)
-	return 1
+// jobs are the example jobs the processor runs (--job).
+var jobs = []worker.Job{
+	worker.Pipeline("count", count.Decode, count.Encode, count.Build),
+	worker.Pipeline("balance", balance.Decode, balance.Encode, balance.Build),
 }
 
 func runCommand(ctx context.Context, drain <-chan struct{}, args []string, lookup func(string) (string, bool), stderr io.Writer) error {
-	cfg, err := parseRunConfig(args, lookup, stderr)
+	cfg, err := worker.Parse(args, lookup, stderr)
 	if err != nil {
 		return err
 	}
-	w := &worker{cfg: cfg, log: newLogger(stderr, cfg.LogLevel), drain: drain}
-	return w.run(ctx)
+	if cfg.Job == "" {
+		cfg.Job = "count"
+	}
+	return worker.Run(ctx, cfg, jobs, worker.Options{Logger: newLogger(stderr, cfg.LogLevel), Drain: drain})
+}
+
+// newLogger returns a text logger on w at level (valid: Parse checked it).
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/weirstream/weir/examples/balance"
 	"github.com/weirstream/weir/examples/count"
+	"github.com/weirstream/weir/internal/cli"
 )
 
 // verifyConfig is the configuration of `processor verify`.
@@ -29,7 +30,7 @@ type verifyConfig struct {
 }
 
 func (c *verifyConfig) Validate() error {
-	errs := checkBrokers(c.Brokers)
+	errs := cli.CheckBrokers(c.Brokers)
 	if c.Job != "count" && c.Job != "balance" {
 		errs = append(errs, fmt.Errorf("--job: %q, want count or balance", c.Job))
 	}
@@ -88,18 +89,18 @@ func (v Verdict) String() string {
 
 func verifyCommand(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
 	c := verifyConfig{Brokers: []string{"127.0.0.1:9092"}, Job: "count", Timeout: 2 * time.Minute}
-	fs := newFlagSet("verify", "Read --input and --output read_committed up to their last stable offsets and check that\nthe output has the effect of every input record exactly once. Exits 1 if not.", stderr)
-	fs.Var(listFlag{&c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
+	fs := cli.NewFlagSet("processor verify", "Read --input and --output read_committed up to their last stable offsets and check that\nthe output has the effect of every input record exactly once. Exits 1 if not.", stderr)
+	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
 	fs.StringVar(&c.Job, "job", c.Job, "the job that wrote the output: count or balance")
 	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
 	fs.StringVar(&c.Output, "output", c.Output, "output topic (required)")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "give up reading after this")
 	fs.DurationVar(&c.Wait, "wait", c.Wait, "re-read every second until the verdict is clean, for at most this long (0: read once)")
-	if err := parseFlags(fs, args, lookup); err != nil {
+	if err := cli.Parse(fs, args, lookup); err != nil {
 		return err
 	}
 	if err := c.Validate(); err != nil {
-		return usageError{err}
+		return cli.UsageError{Err: err}
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout+c.Wait)
 	defer cancel()

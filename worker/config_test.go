@@ -1,12 +1,13 @@
-package main
+package worker
 
 import (
 	"bytes"
-	"context"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weirstream/weir/internal/cli"
 )
 
 func validConfig() Config {
@@ -40,7 +41,7 @@ func TestValidateNamesTheBadSetting(t *testing.T) {
 		{"checkpoint timeout", func(c *Config) { c.CheckpointTimeout = 0 }, []string{"--checkpoint-timeout: must be > 0"}},
 		{"min pause", func(c *Config) { c.MinPause = -1 }, []string{"--min-pause: must not be negative"}},
 		{"tolerable failures", func(c *Config) { c.TolerableFailures = -1 }, []string{"--tolerable-failures: must not be negative"}},
-		{"job", func(c *Config) { c.Job = "sum" }, []string{`--job: "sum"`}},
+		{"job", func(c *Config) { c.Job = "a job" }, []string{`--job: "a job"`}},
 		{"name", func(c *Config) { c.Name = "a b" }, []string{`--name: "a b"`}},
 		{"no input", func(c *Config) { c.Input = "" }, []string{"--input: required"}},
 		{"no output", func(c *Config) { c.Output = "" }, []string{"--output: required"}},
@@ -69,8 +70,14 @@ func TestValidateNamesTheBadSetting(t *testing.T) {
 		{"dead letter unused", func(c *Config) { c.OnDecodeError, c.DeadLetter = "fail", "dlq" }, []string{"--dead-letter: \"dlq\" set"}},
 		{"on decode error", func(c *Config) { c.OnDecodeError = "ignore" }, []string{`--on-decode-error: "ignore"`}},
 		{"dead letter is input", func(c *Config) { c.DeadLetter = "in" }, []string{"--dead-letter: \"in\" is also"}},
-		{"epoch", func(c *Config) { c.Epoch = 0 }, []string{"--epoch: must be > 0"}},
-		{"metrics addr", func(c *Config) { c.MetricsAddr = "9090" }, []string{`--metrics-addr: "9090"`}},
+		{"epoch", func(c *Config) { c.Epoch = -1 }, []string{"--epoch: must not be negative"}},
+		{"epoch with the group", func(c *Config) { c.Epoch = 7 }, []string{"--epoch: 7 set without --tasks"}},
+		{"http addr", func(c *Config) { c.HTTPAddr = "9090" }, []string{`--http-addr: "9090"`}},
+		{"session timeout", func(c *Config) { c.SessionTimeout = 10 * time.Millisecond }, []string{"--session-timeout: 10ms, want at least 1s"}},
+		{"heartbeat interval", func(c *Config) { c.HeartbeatInterval = 5 * time.Second }, []string{"--heartbeat-interval: 5s, want more than 0 and at most a third of --session-timeout 10s"}},
+		{"rebalance timeout", func(c *Config) { c.RebalanceTimeout = 0 }, []string{"--rebalance-timeout: 0s, want at least 1s"}},
+		{"handoff timeout", func(c *Config) { c.HandoffTimeout = 2 * time.Minute }, []string{"--handoff-timeout: 2m0s, want more than 0 and less than --rebalance-timeout 1m0s"}},
+		{"handoff timeout zero", func(c *Config) { c.HandoffTimeout = 0 }, []string{"--handoff-timeout: 0s"}},
 		{"log level", func(c *Config) { c.LogLevel = "loud" }, []string{`--log-level: "loud"`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -115,27 +122,6 @@ func TestValidateAcceptsStorageAndBackends(t *testing.T) {
 	}
 }
 
-func TestParseBytes(t *testing.T) {
-	for in, want := range map[string]int64{
-		"0": 0, "4096": 4096, "64MiB": 64 << 20, "64M": 64 << 20, "64m": 64 << 20, "512KiB": 512 << 10,
-		"512k": 512 << 10, "1GiB": 1 << 30, "1 G": 1 << 30, "7B": 7,
-	} {
-		if got, err := parseBytes(in); err != nil || got != want {
-			t.Errorf("parseBytes(%q) = %d, %v; want %d", in, got, err, want)
-		}
-	}
-	for _, in := range []string{"", "MiB", "64MB", "1.5GiB", "-1", "64 bytes", "99999999999999999999"} {
-		if got, err := parseBytes(in); err == nil {
-			t.Errorf("parseBytes(%q) = %d, want an error", in, got)
-		}
-	}
-	for n, want := range map[int64]string{64 << 20: "64MiB", 1 << 30: "1GiB", 3 << 10: "3KiB", 1000: "1000", 0: "0"} {
-		if got := (bytesFlag{&n}).String(); got != want {
-			t.Errorf("bytesFlag(%d) = %q, want %q", n, got, want)
-		}
-	}
-}
-
 func TestValidateAcceptsOtherDeliveriesWithoutTransactionChecks(t *testing.T) {
 	c := validConfig()
 	c.Delivery, c.TxnTimeout, c.PoolSize = "at-least-once", time.Second, 3
@@ -161,11 +147,11 @@ func env(kv ...string) func(string) (string, bool) {
 
 func TestFlagsAndEnvironment(t *testing.T) {
 	var stderr bytes.Buffer
-	c, err := parseRunConfig(
+	c, err := Parse(
 		[]string{"--input", "numbers", "--interval", "250ms", "--tasks", "0,2", "--brokers", "a:1,b:2"},
 		env("WEIR_OUTPUT", "counts", "WEIR_INTERVAL", "5s", "WEIR_TOLERABLE_FAILURES", "1",
 			"WEIR_CHECKPOINT_TIMEOUT", "30s", "WEIR_ON_DECODE_ERROR", "dead-letter", "WEIR_DEAD_LETTER", "dlq",
-			"WEIR_EPOCH", "42", "WEIR_START", "latest", "WEIR_STATE_BACKEND", "memory", "WEIR_STATE_MEMTABLE_SIZE", "8MiB",
+			"WEIR_EPOCH", "42", "WEIR_HANDOFF_TIMEOUT", "7s", "WEIR_START", "latest", "WEIR_STATE_BACKEND", "memory", "WEIR_STATE_MEMTABLE_SIZE", "8MiB",
 			"WEIR_STATE_CACHE_SIZE", "1048576", "WEIR_CHECKPOINTS", "s3://ckpt/weir?region=eu-west-1"),
 		&stderr)
 	if err != nil {
@@ -177,7 +163,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if c.Interval != 250*time.Millisecond {
 		t.Errorf("interval %v: the flag must win over WEIR_INTERVAL", c.Interval)
 	}
-	if c.TolerableFailures != 1 || c.CheckpointTimeout != 30*time.Second || c.Epoch != 42 || c.Start != "latest" {
+	if c.TolerableFailures != 1 || c.CheckpointTimeout != 30*time.Second || c.Epoch != 42 || c.Start != "latest" || c.HandoffTimeout != 7*time.Second {
 		t.Errorf("environment not applied: %+v", c)
 	}
 	if c.StateBackend != "memory" || c.StateMemtableSize != 8<<20 || c.StateCacheSize != 1<<20 || c.Checkpoints != "s3://ckpt/weir?region=eu-west-1" {
@@ -190,8 +176,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if !slices.Equal(c.Tasks, []int{0, 2}) || !slices.Equal(c.Brokers, []string{"a:1", "b:2"}) {
 		t.Errorf("lists: tasks %v brokers %v", c.Tasks, c.Brokers)
 	}
-	if c.Job != "count" || c.name() != "count" || c.Delivery != "exactly-once" {
-		t.Errorf("defaults: job %q name %q delivery %q", c.Job, c.name(), c.Delivery)
+	if c.Job != "" || c.Delivery != "exactly-once" || c.HTTPAddr != DefaultHTTPAddr || c.SessionTimeout != 10*time.Second {
+		t.Errorf("defaults: job %q delivery %q http %q session timeout %v", c.Job, c.Delivery, c.HTTPAddr, c.SessionTimeout)
 	}
 }
 
@@ -212,60 +198,13 @@ func TestFlagErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
-			_, err := parseRunConfig(tc.args, env(tc.env...), &stderr)
+			_, err := Parse(tc.args, env(tc.env...), &stderr)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("want an error with %q, got %v", tc.want, err)
 			}
-			if _, ok := err.(usageError); !ok {
+			if _, ok := err.(cli.UsageError); !ok {
 				t.Errorf("%T is not a usage error (exit 2)", err)
 			}
 		})
-	}
-}
-
-func TestExitCodes(t *testing.T) {
-	for _, tc := range []struct {
-		args []string
-		code int
-		want string
-	}{
-		{nil, 2, "usage: processor"},
-		{[]string{"frobnicate"}, 2, `unknown command "frobnicate"`},
-		{[]string{"help"}, 0, "commands:"},
-		{[]string{"run", "-h"}, 0, "WEIR_SOME_FLAG"},
-		{[]string{"run", "--input", "a", "--output", "b", "--interval", "0s"}, 2, "--interval: must be > 0"},
-		{[]string{"run", "--input", "a", "--output", "b", "--txn-timeout", "10s"}, 2, "--txn-timeout: sink transaction timeout 10s is too short"},
-		{[]string{"run", "--input", "a", "--output", "b", "--state-backend", "rocksdb"}, 2, `--state-backend: "rocksdb", want pebble or memory`},
-		{[]string{"run", "--input", "a", "--output", "b", "--checkpoints", "gs://bucket"}, 2, `--checkpoints: "gs://bucket"`},
-		{[]string{"run", "-h"}, 0, "-state-backend"},
-		{[]string{"checkpoints"}, 2, "want a subcommand: list or inspect"},
-		{[]string{"checkpoints", "list", "-h"}, 0, "-checkpoints"},
-		{[]string{"help"}, 0, "checkpoints list|inspect"},
-		{[]string{"generate", "--records", "-1"}, 2, "--topic: required"},
-		{[]string{"verify", "--input", "a"}, 2, "--output: required"},
-		{[]string{"demo", "--crash-at", "1.5"}, 2, "--crash-at: must be between 0 and 1"},
-	} {
-		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			code := run(context.Background(), tc.args, env(), &stdout, &stderr)
-			if code != tc.code {
-				t.Errorf("exit code %d, want %d; stderr:\n%s", code, tc.code, stderr.String())
-			}
-			if out := stdout.String() + stderr.String(); !strings.Contains(out, tc.want) {
-				t.Errorf("output lacks %q:\n%s", tc.want, out)
-			}
-		})
-	}
-}
-
-func TestEnvName(t *testing.T) {
-	for flag, want := range map[string]string{
-		"interval":           "WEIR_INTERVAL",
-		"checkpoint-timeout": "WEIR_CHECKPOINT_TIMEOUT",
-		"on-decode-error":    "WEIR_ON_DECODE_ERROR",
-	} {
-		if got := envName(flag); got != want {
-			t.Errorf("envName(%q) = %q, want %q", flag, got, want)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package worker
 
 import (
 	"errors"
@@ -10,23 +10,25 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/cli"
 	"github.com/weirstream/weir/sink"
 	"github.com/weirstream/weir/source"
 )
 
-// Config is the configuration of `processor run`: one worker process running
-// some tasks of one job. Every field is a flag (--name) and an environment
-// variable (WEIR_NAME, upper snake case); a flag given on the command line
-// wins over the environment, which wins over the default. The defaults are
-// those of DefaultConfig.
+// Config is the configuration of one worker process of a job. Every field is
+// a flag (--name), an environment variable (WEIR_NAME, upper snake case) and
+// a key of the settings file (name: ...); the command line wins over the
+// environment, which wins over the file, which wins over the default. The
+// defaults are those of DefaultConfig.
 type Config struct {
-	// Job is the job to run: "count" or "balance".
+	// File is a YAML settings file (--config): its keys are the flag names.
+	File string
+	// Job is the job to run, by name, among those the binary knows; with
+	// one job, that one (the default).
 	Job string
 	// Name names the job instance: it derives the transactional id prefix
 	// ("<name>-<sink operator>"), the checkpoint path (<checkpoints>/<name>/)
@@ -38,9 +40,27 @@ type Config struct {
 	// Input and Output are the topics the job reads and writes. Required.
 	Input  string
 	Output string
-	// Tasks are the task indexes (= input partitions) this worker runs.
-	// Default: every partition of Input.
+	// Tasks, if set, are the task indexes (= input partitions) this worker
+	// runs, always: a static assignment, without the consumer group. By
+	// default the workers of a job join one consumer group (the group id is
+	// Name) and it hands out the tasks.
 	Tasks []int
+	// SessionTimeout is how long the group waits for a silent worker
+	// before it hands its tasks to others (Kafka's session.timeout.ms; the
+	// broker bounds it, by default to 6s..30min). Default 10s.
+	SessionTimeout time.Duration
+	// HeartbeatInterval is how often a worker tells the group it lives.
+	// Default 1s; less than a third of SessionTimeout.
+	HeartbeatInterval time.Duration
+	// RebalanceTimeout is how long the group waits for its workers to
+	// rejoin in a rebalance, which includes stopping the tasks they give
+	// up. Default 60s.
+	RebalanceTimeout time.Duration
+	// HandoffTimeout bounds how long a worker spends stopping a task it
+	// gives up: a final checkpoint and commit if they complete in time,
+	// else it stops where it is and the last completed checkpoint stands.
+	// Default 20s; less than RebalanceTimeout.
+	HandoffTimeout time.Duration
 	// Checkpoints is the checkpoint storage: file:///path,
 	// s3://bucket/prefix (settings in the query, see checkpoint.Open and
 	// checkpoint.S3OptionsFromURI; credentials from the AWS SDK's default
@@ -66,7 +86,9 @@ type Config struct {
 	// StateCacheSize is the block cache shared by the worker's Pebble
 	// stores, in bytes. Default 64 MiB. Pebble only.
 	StateCacheSize int64
-	// StateDir holds local state. Default: $TMPDIR/weir-state/<name>.
+	// StateDir holds local state, a cache of the checkpoints. Each worker
+	// takes a slot of its own in it (w0, w1, ...), so workers on one host
+	// may share it. Default: $TMPDIR/weir-state/<name>.
 	StateDir string
 	// Delivery is the sink's guarantee: exactly-once (default),
 	// at-least-once or none.
@@ -94,12 +116,17 @@ type Config struct {
 	// OnDecodeError is dead-letter or fail. Default: dead-letter when
 	// DeadLetter is set, fail otherwise.
 	OnDecodeError string
-	// Epoch is this process's fencing epoch, written into its manifests; it
-	// must grow across restarts. Default: time.Now().UnixNano() at start.
+	// Epoch is the fencing epoch of a worker with static Tasks, written into
+	// its manifests; it must be larger than that of every earlier owner of
+	// those tasks. Default 0: allocated from checkpoint storage at start
+	// (checkpoint.NextEpoch), which guarantees that. Group-assigned workers
+	// get an epoch per rebalance the same way and refuse this setting.
 	Epoch int64
-	// MetricsAddr, if set, serves /metrics (Prometheus) and /healthz
-	// there; port 0 picks a free port (logged). Default: off.
-	MetricsAddr string
+	// HTTPAddr serves the status page (/), /metrics (Prometheus), /healthz
+	// and /readyz. Default 127.0.0.1:9464; if that default is taken (a
+	// second worker on the host), any free port on 127.0.0.1 (logged).
+	// Port 0 picks a free port; "off" serves nothing.
+	HTTPAddr string
 	// LogLevel is debug, info (default), warn or error.
 	LogLevel string
 }
@@ -107,7 +134,6 @@ type Config struct {
 // DefaultConfig returns the defaults of every setting.
 func DefaultConfig() Config {
 	return Config{
-		Job:               "count",
 		Brokers:           []string{"127.0.0.1:9092"},
 		Checkpoints:       "file://" + filepath.Join(os.TempDir(), "weir-checkpoints"),
 		Interval:          time.Second,
@@ -120,13 +146,18 @@ func DefaultConfig() Config {
 		TxnTimeout:        60 * time.Second,
 		RestartAllowance:  30 * time.Second,
 		Start:             string(source.StartEarliest),
-		Epoch:             time.Now().UnixNano(),
+		SessionTimeout:    10 * time.Second,
+		HeartbeatInterval: time.Second,
+		RebalanceTimeout:  time.Minute,
+		HandoffTimeout:    20 * time.Second,
+		HTTPAddr:          DefaultHTTPAddr,
 		LogLevel:          "info",
 	}
 }
 
-// jobs are the jobs the worker knows.
-var jobs = []string{"count", "balance"}
+// DefaultHTTPAddr is where a worker serves its status page and metrics
+// unless told otherwise.
+const DefaultHTTPAddr = "127.0.0.1:9464"
 
 // State backends of --state-backend.
 const (
@@ -139,19 +170,23 @@ const maxMemtableSize = 4<<30 - 1
 
 var validName = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
+// ValidName reports whether name can name a job instance (--name): letters,
+// digits, '.', '_' or '-'.
+func ValidName(name string) bool { return validName.MatchString(name) && len(name) <= 200 }
+
 // Validate reports every bad setting, joined, each naming its flag.
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(flag, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
 	}
-	if !slices.Contains(jobs, c.Job) {
-		bad("job", "%q, want one of %s", c.Job, strings.Join(jobs, ", "))
+	if c.Job != "" && !validName.MatchString(c.Job) {
+		bad("job", "%q, want letters, digits, '.', '_' or '-'", c.Job)
 	}
-	if n := c.name(); !validName.MatchString(n) || len(n) > 200 {
+	if n := c.name(); n != "" && (!validName.MatchString(n) || len(n) > 200) {
 		bad("name", "%q, want letters, digits, '.', '_' or '-' (at most 200)", n)
 	}
-	errs = append(errs, checkBrokers(c.Brokers)...)
+	errs = append(errs, cli.CheckBrokers(c.Brokers)...)
 	if c.Input == "" {
 		bad("input", "required: the topic to read")
 	}
@@ -171,7 +206,7 @@ func (c *Config) Validate() error {
 		}
 		seen[t] = true
 	}
-	if err := checkCheckpointsURI(c.Checkpoints); err != nil {
+	if err := CheckCheckpointsURI(c.Checkpoints); err != nil {
 		bad("checkpoints", "%v", err)
 	}
 	switch c.StateBackend {
@@ -241,12 +276,18 @@ func (c *Config) Validate() error {
 	if c.DeadLetter != "" && (c.DeadLetter == c.Input || c.DeadLetter == c.Output) {
 		bad("dead-letter", "%q is also the input or output topic", c.DeadLetter)
 	}
-	if c.Epoch <= 0 {
-		bad("epoch", "must be > 0, got %d", c.Epoch)
+	switch {
+	case c.Epoch < 0:
+		bad("epoch", "must not be negative, got %d", c.Epoch)
+	case c.Epoch != 0 && len(c.Tasks) == 0:
+		bad("epoch", "%d set without --tasks: group-assigned workers get their epoch from the group", c.Epoch)
 	}
-	if c.MetricsAddr != "" {
-		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
-			bad("metrics-addr", "%q: %v", c.MetricsAddr, err)
+	if len(c.Tasks) == 0 {
+		c.validateGroup(bad)
+	}
+	if c.HTTPAddr != "" && c.HTTPAddr != "off" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			bad("http-addr", "%q: %v (want host:port or off)", c.HTTPAddr, err)
 		}
 	}
 	if _, err := parseLevel(c.LogLevel); err != nil {
@@ -266,11 +307,37 @@ func (c *Config) Warnings() []string {
 	return w
 }
 
+// validateGroup checks the consumer group's timeouts.
+func (c *Config) validateGroup(bad func(flag, format string, args ...any)) {
+	if c.SessionTimeout < time.Second {
+		bad("session-timeout", "%v, want at least 1s (brokers refuse less than group.min.session.timeout.ms, 6s by default)", c.SessionTimeout)
+	}
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval*3 > c.SessionTimeout {
+		bad("heartbeat-interval", "%v, want more than 0 and at most a third of --session-timeout %v", c.HeartbeatInterval, c.SessionTimeout)
+	}
+	if c.RebalanceTimeout < time.Second {
+		bad("rebalance-timeout", "%v, want at least 1s", c.RebalanceTimeout)
+	}
+	if c.HandoffTimeout <= 0 || c.HandoffTimeout >= c.RebalanceTimeout {
+		bad("handoff-timeout", "%v, want more than 0 and less than --rebalance-timeout %v", c.HandoffTimeout, c.RebalanceTimeout)
+	}
+}
+
+// Group is the consumer group the job's workers join: the job instance name.
+func (c *Config) Group() string { return c.name() }
+
 func (c *Config) name() string {
 	if c.Name == "" {
 		return c.Job
 	}
 	return c.Name
+}
+
+func (c *Config) stateDir() string {
+	if c.StateDir != "" {
+		return c.StateDir
+	}
+	return filepath.Join(os.TempDir(), "weir-state", c.name())
 }
 
 func (c *Config) poolSize() int {
@@ -298,9 +365,71 @@ func (c *Config) start() (source.Start, time.Time, error) {
 	return source.StartTimestamp, ts, nil
 }
 
-// checkCheckpointsURI checks a checkpoint storage URI without opening it
+// flags binds c's fields to fs; the values in c are the defaults.
+func (c *Config) flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.File, "config", c.File, "YAML settings file, keys are these flag names (flags and WEIR_ variables win over it)")
+	fs.StringVar(&c.Job, "job", c.Job, "job to run, by name (default: the binary's only job)")
+	fs.StringVar(&c.Name, "name", c.Name, "job instance name: transactional id prefix, checkpoint path, lag group `<name>-lag` (default: --job)")
+	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
+	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
+	fs.StringVar(&c.Output, "output", c.Output, "output topic (required)")
+	fs.Var(cli.Ints{V: &c.Tasks}, "tasks", "static tasks (input partitions) to run, comma-separated, without the consumer group (default: the group assigns them)")
+	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "group session timeout: a silent worker's tasks move after this")
+	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "group heartbeat interval")
+	fs.DurationVar(&c.RebalanceTimeout, "rebalance-timeout", c.RebalanceTimeout, "time the group waits for workers to rejoin in a rebalance")
+	fs.DurationVar(&c.HandoffTimeout, "handoff-timeout", c.HandoffTimeout, "bound on stopping a task given up (final checkpoint and commit if in time)")
+	fs.StringVar(&c.Checkpoints, "checkpoints", c.Checkpoints, "checkpoint storage: file:///path, s3://bucket/prefix[?region=R&endpoint=URL&path_style=true] (credentials, AWS_REGION and AWS_ENDPOINT_URL_S3 as the AWS SDK reads them) or memory (tests)")
+	fs.DurationVar(&c.Interval, "interval", c.Interval, "checkpoint interval")
+	fs.DurationVar(&c.CheckpointTimeout, "checkpoint-timeout", c.CheckpointTimeout, "abort a checkpoint not complete within this")
+	fs.DurationVar(&c.MinPause, "min-pause", c.MinPause, "least time between the end of one checkpoint and the next")
+	fs.IntVar(&c.TolerableFailures, "tolerable-failures", c.TolerableFailures, "consecutive failed checkpoints tolerated before the task fails")
+	fs.StringVar(&c.StateBackend, "state-backend", c.StateBackend, "keyed state: pebble (local Pebble stores, incremental checkpoints) or memory (full checkpoints; tests, small state)")
+	fs.Var(cli.Bytes{V: &c.StateMemtableSize}, "state-memtable-size", "Pebble memtable size per store, bytes or with K, M, G, KiB, MiB, GiB (binary); bounds the background flush of each checkpoint")
+	fs.Var(cli.Bytes{V: &c.StateCacheSize}, "state-cache-size", "Pebble block cache shared by the worker's stores (bytes, or with K, M, G, KiB, MiB, GiB)")
+	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "local state directory, a cache of the checkpoints (default: $TMPDIR/weir-state/<name>)")
+	fs.StringVar(&c.Delivery, "delivery", c.Delivery, "sink guarantee: exactly-once, at-least-once or none")
+	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "transactional ids per task (exactly-once; at least tolerable failures + 3; default: that)")
+	fs.DurationVar(&c.TxnTimeout, "txn-timeout", c.TxnTimeout, "sink transaction timeout (exactly-once; > interval × (tolerable failures + 1) + restart allowance)")
+	fs.DurationVar(&c.RestartAllowance, "restart-allowance", c.RestartAllowance, "time a failed task may take to restart and resume its transactions")
+	fs.StringVar(&c.Start, "start", c.Start, "where a task without checkpoint starts: earliest, latest or an RFC 3339 time")
+	fs.StringVar(&c.DeadLetter, "dead-letter", c.DeadLetter, "topic for input records that fail to decode (must exist)")
+	fs.StringVar(&c.OnDecodeError, "on-decode-error", c.OnDecodeError, "dead-letter or fail (default: dead-letter with --dead-letter, else fail)")
+	fs.Int64Var(&c.Epoch, "epoch", c.Epoch, "fencing epoch with --tasks, must grow across owners (default: allocated from checkpoint storage)")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "serve the status page, /metrics, /healthz and /readyz at host:port (port 0: any free port; off: none)")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
+}
+
+// RegisterFlags binds c's fields to fs; the values in c are the defaults.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) { c.flags(fs) }
+
+// Parse builds a worker configuration from the defaults, the settings
+// file (--config or WEIR_CONFIG), the environment (lookup) and args, in
+// that order, and validates it. Errors are cli.UsageErrors naming the
+// setting; -h prints the flags to stderr and returns flag.ErrHelp.
+func Parse(args []string, lookup func(string) (string, bool), stderr io.Writer) (Config, error) {
+	c := DefaultConfig()
+	fs := cli.NewFlagSet("run", "Run a job's worker: read --input, write --output, checkpoint to --checkpoints.", stderr)
+	c.flags(fs)
+	if err := cli.ParseWithFile(fs, args, lookup, "config"); err != nil {
+		return c, err
+	}
+	if err := c.Validate(); err != nil {
+		return c, cli.UsageError{Err: err}
+	}
+	return c, nil
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return 0, fmt.Errorf("%q, want debug, info, warn or error", s)
+	}
+	return l, nil
+}
+
+// CheckCheckpointsURI checks a checkpoint storage URI without opening it
 // (checkpoint.Open does, and an S3 one asks the bucket).
-func checkCheckpointsURI(uri string) error {
+func CheckCheckpointsURI(uri string) error {
 	switch {
 	case uri == "memory" || uri == "memory://":
 		return nil
@@ -315,222 +444,4 @@ func checkCheckpointsURI(uri string) error {
 		return err
 	}
 	return fmt.Errorf("%q, want file:///path, s3://bucket/prefix or memory", uri)
-}
-
-func checkBrokers(brokers []string) []error {
-	if len(brokers) == 0 {
-		return []error{errors.New("--brokers: required: at least one host:port")}
-	}
-	var errs []error
-	for _, b := range brokers {
-		if _, _, err := net.SplitHostPort(b); err != nil {
-			errs = append(errs, fmt.Errorf("--brokers: %q is not host:port", b))
-		}
-	}
-	return errs
-}
-
-func parseLevel(s string) (slog.Level, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return 0, fmt.Errorf("%q, want debug, info, warn or error", s)
-	}
-	return l, nil
-}
-
-// --- flags and environment ---------------------------------------------------
-
-// usageError is a bad command line or setting: the process exits with 2.
-type usageError struct{ err error }
-
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-// newFlagSet returns a flag set that reports errors instead of exiting.
-func newFlagSet(cmd, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: processor %s [flags]\n\n%s\n\nEvery flag can also be set from the environment: --some-flag as WEIR_SOME_FLAG.\n\n", cmd, synopsis)
-		fs.PrintDefaults()
-	}
-	return fs
-}
-
-// envName is the environment variable of a flag: WEIR_<FLAG_UPPER_SNAKE>.
-func envName(flag string) string {
-	return "WEIR_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
-}
-
-// parseFlags sets flags from the environment (lookup, os.LookupEnv in the
-// binary), then from args, so that the command line wins.
-func parseFlags(fs *flag.FlagSet, args []string, lookup func(string) (string, bool)) error {
-	var errs []error
-	fs.VisitAll(func(f *flag.Flag) {
-		if v, ok := lookup(envName(f.Name)); ok {
-			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q (--%s): %v", envName(f.Name), v, f.Name, err))
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
-		return usageError{err}
-	}
-	if err := fs.Parse(args); err != nil {
-		return usageError{err}
-	}
-	if fs.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))}
-	}
-	return nil
-}
-
-// listFlag is a comma-separated list of strings.
-type listFlag struct{ v *[]string }
-
-func (l listFlag) String() string {
-	if l.v == nil {
-		return ""
-	}
-	return strings.Join(*l.v, ",")
-}
-
-func (l listFlag) Set(s string) error {
-	*l.v = nil
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			*l.v = append(*l.v, p)
-		}
-	}
-	return nil
-}
-
-// intsFlag is a comma-separated list of integers; empty means none.
-type intsFlag struct{ v *[]int }
-
-func (l intsFlag) String() string {
-	if l.v == nil {
-		return ""
-	}
-	s := make([]string, len(*l.v))
-	for i, n := range *l.v {
-		s[i] = strconv.Itoa(n)
-	}
-	return strings.Join(s, ",")
-}
-
-func (l intsFlag) Set(s string) error {
-	*l.v = nil
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p == "" {
-			continue
-		}
-		n, err := strconv.Atoi(p)
-		if err != nil {
-			return fmt.Errorf("%q is not an integer", p)
-		}
-		*l.v = append(*l.v, n)
-	}
-	return nil
-}
-
-// bytesFlag is a size in bytes: a plain integer or one with a binary unit
-// (64MiB, 64M, 512KiB, 1G).
-type bytesFlag struct{ v *int64 }
-
-func (b bytesFlag) String() string {
-	if b.v == nil {
-		return ""
-	}
-	n := *b.v
-	for _, u := range []struct {
-		unit string
-		size int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n != 0 && n%u.size == 0 {
-			return strconv.FormatInt(n/u.size, 10) + u.unit
-		}
-	}
-	return strconv.FormatInt(n, 10)
-}
-
-func (b bytesFlag) Set(s string) error {
-	n, err := parseBytes(s)
-	if err != nil {
-		return err
-	}
-	*b.v = n
-	return nil
-}
-
-func parseBytes(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	i := strings.IndexFunc(t, func(r rune) bool { return r < '0' || r > '9' })
-	digits, unit := t, ""
-	if i >= 0 {
-		digits, unit = t[:i], strings.TrimSpace(t[i:])
-	}
-	if digits == "" {
-		return 0, fmt.Errorf("%q is not a size, want e.g. 67108864, 64MiB or 64M", s)
-	}
-	mult := int64(1)
-	switch strings.ToLower(unit) {
-	case "", "b":
-	case "k", "kib":
-		mult = 1 << 10
-	case "m", "mib":
-		mult = 1 << 20
-	case "g", "gib":
-		mult = 1 << 30
-	default:
-		return 0, fmt.Errorf("%q: unknown unit %q, want bytes or K, M, G, KiB, MiB, GiB", s, unit)
-	}
-	n, err := strconv.ParseInt(digits, 10, 64)
-	if err != nil || n > (1<<62)/mult {
-		return 0, fmt.Errorf("%q is not a size, want e.g. 67108864, 64MiB or 64M", s)
-	}
-	return n * mult, nil
-}
-
-// flags binds c's fields to fs; the values in c are the defaults.
-func (c *Config) flags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Job, "job", c.Job, "job to run: "+strings.Join(jobs, " or "))
-	fs.StringVar(&c.Name, "name", c.Name, "job instance name: transactional id prefix, checkpoint path, lag group `<name>-lag` (default: --job)")
-	fs.Var(listFlag{&c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
-	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
-	fs.StringVar(&c.Output, "output", c.Output, "output topic (required)")
-	fs.Var(intsFlag{&c.Tasks}, "tasks", "tasks (input partitions) to run, comma-separated (default: all partitions of --input)")
-	fs.StringVar(&c.Checkpoints, "checkpoints", c.Checkpoints, "checkpoint storage: file:///path, s3://bucket/prefix[?region=R&endpoint=URL&path_style=true] (credentials, AWS_REGION and AWS_ENDPOINT_URL_S3 as the AWS SDK reads them) or memory (tests)")
-	fs.DurationVar(&c.Interval, "interval", c.Interval, "checkpoint interval")
-	fs.DurationVar(&c.CheckpointTimeout, "checkpoint-timeout", c.CheckpointTimeout, "abort a checkpoint not complete within this")
-	fs.DurationVar(&c.MinPause, "min-pause", c.MinPause, "least time between the end of one checkpoint and the next")
-	fs.IntVar(&c.TolerableFailures, "tolerable-failures", c.TolerableFailures, "consecutive failed checkpoints tolerated before the task fails")
-	fs.StringVar(&c.StateBackend, "state-backend", c.StateBackend, "keyed state: pebble (local Pebble stores, incremental checkpoints) or memory (full checkpoints; tests, small state)")
-	fs.Var(bytesFlag{&c.StateMemtableSize}, "state-memtable-size", "Pebble memtable size per store, bytes or with K, M, G, KiB, MiB, GiB (binary); bounds the background flush of each checkpoint")
-	fs.Var(bytesFlag{&c.StateCacheSize}, "state-cache-size", "Pebble block cache shared by the worker's stores (bytes, or with K, M, G, KiB, MiB, GiB)")
-	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "local state directory, a cache of the checkpoints (default: $TMPDIR/weir-state/<name>)")
-	fs.StringVar(&c.Delivery, "delivery", c.Delivery, "sink guarantee: exactly-once, at-least-once or none")
-	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "transactional ids per task (exactly-once; at least tolerable failures + 3; default: that)")
-	fs.DurationVar(&c.TxnTimeout, "txn-timeout", c.TxnTimeout, "sink transaction timeout (exactly-once; > interval × (tolerable failures + 1) + restart allowance)")
-	fs.DurationVar(&c.RestartAllowance, "restart-allowance", c.RestartAllowance, "time a failed task may take to restart and resume its transactions")
-	fs.StringVar(&c.Start, "start", c.Start, "where a task without checkpoint starts: earliest, latest or an RFC 3339 time")
-	fs.StringVar(&c.DeadLetter, "dead-letter", c.DeadLetter, "topic for input records that fail to decode (must exist)")
-	fs.StringVar(&c.OnDecodeError, "on-decode-error", c.OnDecodeError, "dead-letter or fail (default: dead-letter with --dead-letter, else fail)")
-	fs.Int64Var(&c.Epoch, "epoch", c.Epoch, "fencing epoch, must grow across restarts (default: now in Unix nanoseconds)")
-	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "serve /metrics and /healthz at host:port (port 0: any free port; default: off)")
-	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
-}
-
-// parseRunConfig builds the run configuration from args and the environment.
-func parseRunConfig(args []string, lookup func(string) (string, bool), stderr io.Writer) (Config, error) {
-	c := DefaultConfig()
-	fs := newFlagSet("run", "Run tasks of a job: read --input, write --output, checkpoint to --checkpoints.", stderr)
-	c.flags(fs)
-	if err := parseFlags(fs, args, lookup); err != nil {
-		return c, err
-	}
-	if err := c.Validate(); err != nil {
-		return c, usageError{err}
-	}
-	return c, nil
 }

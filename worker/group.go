@@ -1,0 +1,267 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// membership is the worker's place in the job's consumer group: franz-go
+// runs the group protocol (joins, heartbeats, the cooperative two-round
+// rebalance) and calls back here when tasks are assigned, revoked or lost.
+type membership struct {
+	w   *worker
+	cl  *kgo.Client
+	bal *balancer
+
+	assignedOnce atomic.Bool
+	// draining: tasks assigned from now on are not started (the worker
+	// leaves the group once its tasks drained).
+	draining atomic.Bool
+
+	mu   sync.Mutex
+	mine []int // tasks the group assigns this worker
+}
+
+// runGroup joins the job's group and runs the tasks it assigns until ctx
+// ends or the drain: then every task stops with a final checkpoint and the
+// worker leaves the group.
+func (w *worker) runGroup(ctx context.Context) error {
+	c := &w.cfg
+	m := &membership{w: w}
+	host, _ := os.Hostname()
+	m.bal = &balancer{
+		topics: []string{c.Input},
+		meta: func() memberMeta {
+			return memberMeta{Host: host, HTTP: advertised(w.metrics.httpAddr, host)}
+		},
+		newEpoch: func(ctx context.Context) (int64, error) {
+			return checkpoint.NextEpoch(ctx, w.storage, c.name(), time.Now().UnixNano())
+		},
+	}
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(c.Brokers...),
+		kgo.ClientID("weir-worker"),
+		kgo.ConsumerGroup(c.Group()),
+		kgo.ConsumeTopics(c.Input),
+		kgo.Balancers(m.bal),
+		kgo.DisableAutoCommit(),
+		kgo.SessionTimeout(c.SessionTimeout),
+		kgo.HeartbeatInterval(c.HeartbeatInterval),
+		kgo.RebalanceTimeout(c.RebalanceTimeout),
+		kgo.OnPartitionsAssigned(m.assigned),
+		kgo.OnPartitionsRevoked(m.revoked),
+		kgo.OnPartitionsLost(m.lost),
+		kgo.WithHooks(w.kgoMetrics.hook(prometheus.Labels{"task": "", "client": "group"})),
+	}
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		return fmt.Errorf("group %s: %w", c.Group(), err)
+	}
+	// The group only hands out tasks: the tasks read their partitions
+	// themselves, from their checkpoints.
+	cl.PauseFetchTopics(c.Input)
+	m.cl = cl
+	w.group = m
+
+	select {
+	case <-ctx.Done():
+		// Stopped at once: the tasks stop where they are (the runner's
+		// context ends with ctx); leave the group without waiting.
+		w.runner.Wait()
+	case <-w.opts.Drain:
+		m.draining.Store(true)
+		w.log.Info("draining: final checkpoint of every task, then leave the group")
+		w.drainAll(0)
+	}
+	// Leaving revokes what the group still assigns us; the tasks stopped
+	// already, so that is quick.
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := cl.LeaveGroupContext(closeCtx); err != nil {
+		w.log.Warn("leave group", "err", err)
+	}
+	cl.Close()
+	w.log.Info("left the group", "group", c.Group())
+	return nil
+}
+
+// joined reports whether the group assigned this worker tasks (or none)
+// at least once.
+func (m *membership) joined() bool { return m.assignedOnce.Load() }
+
+// assignedTasks returns the tasks the group assigns this worker now.
+func (m *membership) assignedTasks() []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.mine)
+}
+
+func (m *membership) tasksOf(ps map[string][]int32) []int {
+	var ts []int
+	for _, p := range ps[m.bal.topics[0]] {
+		ts = append(ts, int(p))
+	}
+	slices.Sort(ts)
+	return ts
+}
+
+func (m *membership) setMine(add, remove []int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.mine = slices.DeleteFunc(m.mine, func(t int) bool { return slices.Contains(remove, t) })
+	for _, t := range add {
+		if !slices.Contains(m.mine, t) {
+			m.mine = append(m.mine, t)
+		}
+	}
+	slices.Sort(m.mine)
+	m.w.metrics.assigned.Set(float64(len(m.mine)))
+}
+
+// assigned starts the tasks a rebalance added, with the epoch the leader
+// allocated for this generation. franz-go calls it after every rebalance,
+// also when nothing was added.
+func (m *membership) assigned(_ context.Context, cl *kgo.Client, added map[string][]int32) {
+	ts := m.tasksOf(added)
+	epoch := m.bal.currentEpoch()
+	_, gen := cl.GroupMetadata()
+	m.w.metrics.rebalances.Inc()
+	m.setMine(ts, nil)
+	m.assignedOnce.Store(true)
+	m.w.log.Info("group assignment", "generation", gen, "epoch", epoch, "added", ts, "tasks", m.assignedTasks())
+	if m.draining.Load() {
+		return
+	}
+	for _, t := range ts {
+		m.w.log.Info("task assigned", "task", t, "epoch", epoch, "generation", gen)
+		m.w.startTask(t, epoch)
+	}
+}
+
+// revoked stops, each with a final checkpoint within the hand-off bound,
+// the tasks a rebalance takes from this worker, before the worker rejoins:
+// only then does the group give them to their new owners.
+func (m *membership) revoked(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	ts := m.tasksOf(lost)
+	if len(ts) == 0 {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, t := range ts {
+		wg.Go(func() { m.w.stopTask(t, m.w.cfg.HandoffTimeout, "revoked by the group") })
+	}
+	wg.Wait()
+	m.setMine(nil, ts)
+}
+
+// lost stops at once the tasks of a session the worker lost (it was
+// silent past the session timeout: paused, partitioned): the group gave
+// them to others already, who fence this worker's transactions.
+func (m *membership) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+	ts := m.tasksOf(lost)
+	var wg sync.WaitGroup
+	for _, t := range ts {
+		wg.Go(func() { m.w.abortTask(t) })
+	}
+	wg.Wait()
+	m.setMine(nil, ts)
+	if len(ts) > 0 {
+		m.w.log.Warn("group session lost: stopped its tasks", "tasks", ts)
+	}
+}
+
+// groupMember is one member of the job's group, as DescribeGroups shows it.
+type groupMember struct {
+	ID       string `json:"id"`
+	ClientID string `json:"client_id"`
+	Host     string `json:"host"`
+	HTTP     string `json:"http,omitempty"`
+	Tasks    []int  `json:"tasks"`
+	Epoch    int64  `json:"epoch"`
+	Self     bool   `json:"self"`
+}
+
+// groupState is the group as the coordinator describes it.
+type groupState struct {
+	State      string        `json:"state"`
+	Generation int32         `json:"generation"`
+	Members    []groupMember `json:"members"`
+}
+
+// describe asks the group coordinator for the group's members and what
+// each was assigned.
+func (m *membership) describe(ctx context.Context) (groupState, error) {
+	req := kmsg.NewPtrDescribeGroupsRequest()
+	req.Groups = []string{m.w.cfg.Group()}
+	resp, err := req.RequestWith(ctx, m.cl)
+	if err != nil {
+		return groupState{}, err
+	}
+	if len(resp.Groups) != 1 {
+		return groupState{}, fmt.Errorf("describe group: %d groups in the answer", len(resp.Groups))
+	}
+	g := resp.Groups[0]
+	if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
+		return groupState{}, err
+	}
+	self, gen := m.cl.GroupMetadata()
+	out := groupState{State: g.State, Generation: gen}
+	for _, mem := range g.Members {
+		gm := groupMember{ID: mem.MemberID, ClientID: mem.ClientID, Host: mem.ClientHost, Self: mem.MemberID == self}
+		var meta memberMeta
+		if json.Unmarshal(mem.ProtocolMetadata, &meta) == nil {
+			if meta.Host != "" {
+				gm.Host = meta.Host
+			}
+			gm.HTTP = meta.HTTP
+		}
+		if a, err := decodeAssignment(mem.MemberAssignment); err == nil {
+			gm.Tasks, gm.Epoch = a.Tasks, a.Epoch
+		}
+		out.Members = append(out.Members, gm)
+	}
+	slices.SortFunc(out.Members, func(a, b groupMember) int {
+		if a.Host != b.Host {
+			return compareStrings(a.Host, b.Host)
+		}
+		return compareStrings(a.ID, b.ID)
+	})
+	return out, nil
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// advertised is addr with a wildcard host replaced by the host name, so
+// that other members' status pages can link to it.
+func advertised(addr, host string) string {
+	h, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if ip := net.ParseIP(h); ip != nil && ip.IsUnspecified() && host != "" {
+		return net.JoinHostPort(host, port)
+	}
+	return addr
+}

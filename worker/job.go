@@ -1,0 +1,201 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/sink"
+	"github.com/weirstream/weir/source"
+	"github.com/weirstream/weir/stream"
+)
+
+// Job is a job a worker can run: its name and how to add its graph to a
+// stream.Job, given the Kafka source and sink its configuration asks for.
+type Job struct {
+	name  string
+	build func(w *Wiring, job *stream.Job) error
+}
+
+// NewJob returns a job whose build adds its graph; build gets its Kafka
+// sources and sinks from w (Source, Sink).
+func NewJob(name string, build func(w *Wiring, job *stream.Job) error) Job {
+	return Job{name: name, build: build}
+}
+
+// Pipeline is the common job: one Kafka source (--input) decoded with
+// decode, a graph built by build, one Kafka sink (--output) encoded with
+// encode.
+func Pipeline[In, Out any](name string, decode source.Decoder[In], encode sink.Encoder[Out],
+	build func(job *stream.Job, src runtime.SourceFactory[In], out runtime.SinkFactory[Out]),
+) Job {
+	return NewJob(name, func(w *Wiring, job *stream.Job) error {
+		build(job, Source(w, decode), Sink(w, encode))
+		return nil
+	})
+}
+
+// Name is the job's name (--job).
+func (j Job) Name() string { return j.name }
+
+// Stats counts records decoded from the input and encoded for the output.
+// Output counts include records rewritten after a restore (whose first
+// writes were aborted).
+type Stats struct {
+	In, Out atomic.Int64
+	perTask sync.Map // task -> *taskCounts
+}
+
+// Wiring hands a job's build function the Kafka sources and sinks of the
+// worker's configuration. Errors are collected and reported by Run.
+type Wiring struct {
+	cfg   *Config
+	stats *Stats
+	kgo   *kpromSet // kgo client metrics of the tasks' sources
+	errs  []error
+}
+
+// Config is the worker's configuration (read only).
+func (w *Wiring) Config() Config { return *w.cfg }
+
+// Source is the Kafka source of the worker's --input topic: records decoded
+// with decode, read read_committed from each task's checkpointed offsets;
+// records that fail to decode go to --dead-letter or fail the task
+// (--on-decode-error).
+func Source[T any](w *Wiring, decode source.Decoder[T]) runtime.SourceFactory[T] {
+	c := w.cfg
+	start, startTime, err := c.start()
+	if err != nil {
+		w.errs = append(w.errs, fmt.Errorf("--start: %w", err))
+		return nil
+	}
+	sc := source.Config[T]{
+		Brokers:   c.Brokers,
+		Topics:    []string{c.Input},
+		Start:     start,
+		StartTime: startTime,
+		Decode: func(r *kgo.Record) (T, error) {
+			v, err := decode(r)
+			if err == nil {
+				w.stats.In.Add(1)
+				w.stats.task(int(r.Partition)).in.Add(1) // task p reads partition p
+			}
+			return v, err
+		},
+		OnDecodeError:   source.OnDecodeError(c.OnDecodeError),
+		DeadLetterTopic: c.DeadLetter,
+		GroupID:         lagGroup(c),
+	}
+	if _, err := source.Kafka(sc); err != nil {
+		w.errs = append(w.errs, err)
+		return nil
+	}
+	// A source per task, so that its kgo client reports metrics labelled
+	// with the task.
+	return func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.SourcePosition) (runtime.SourceReader[T], error) {
+		tc := sc
+		if w.kgo != nil {
+			tc.ClientOpts = append(slices.Clip(tc.ClientOpts), kgo.WithHooks(w.kgo.hook(prometheus.Labels{"task": strconv.Itoa(info.Task), "client": "source"})))
+		}
+		f, err := source.Kafka(tc)
+		if err != nil {
+			return nil, err
+		}
+		return f(ctx, info, restored)
+	}
+}
+
+// Sink is the Kafka sink of the worker's --output topic with its
+// --delivery guarantee: exactly-once writes each checkpoint's output in one
+// transaction, committed when the checkpoint completes.
+func Sink[T any](w *Wiring, encode sink.Encoder[T]) runtime.SinkFactory[T] {
+	c := w.cfg
+	sc := sink.Config[T]{
+		Brokers: c.Brokers,
+		Topic:   c.Output,
+		Encode: func(v T) (*kgo.Record, error) {
+			r, err := encode(v)
+			if err == nil {
+				w.stats.Out.Add(1)
+			}
+			return r, err
+		},
+		Delivery: c.delivery(),
+	}
+	if c.delivery() == sink.ExactlyOnce {
+		sc.PoolSize = c.poolSize()
+		sc.TransactionTimeout = c.TxnTimeout
+	}
+	out, err := sink.Kafka(sc)
+	if err != nil {
+		w.errs = append(w.errs, err)
+		return nil
+	}
+	return func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+		sw, err := out(ctx, info, restored)
+		if err != nil {
+			return nil, err
+		}
+		return countingWriter[T]{SinkWriter: sw, n: &w.stats.task(info.Task).out}, nil
+	}
+}
+
+// countingWriter counts a task's output records.
+type countingWriter[T any] struct {
+	runtime.SinkWriter[T]
+	n *atomic.Int64
+}
+
+func (c countingWriter[T]) Write(ctx context.Context, v T) error {
+	if err := c.SinkWriter.Write(ctx, v); err != nil {
+		return err
+	}
+	c.n.Add(1)
+	return nil
+}
+
+// buildPlan builds the plan of the job c names among jobs.
+func buildPlan(c *Config, jobs []Job, st *Stats, k *kpromSet) (*runtime.Plan, error) {
+	j, err := pickJob(c, jobs)
+	if err != nil {
+		return nil, err
+	}
+	job := stream.NewJob(c.name())
+	w := &Wiring{cfg: c, stats: st, kgo: k}
+	if err := j.build(w, job); err != nil {
+		w.errs = append(w.errs, err)
+	}
+	if err := errors.Join(w.errs...); err != nil {
+		return nil, err
+	}
+	return job.Build()
+}
+
+// pickJob finds the job c names; with one job and no name, that one.
+func pickJob(c *Config, jobs []Job) (Job, error) {
+	var names []string
+	for _, j := range jobs {
+		if j.name == c.Job || (c.Job == "" && len(jobs) == 1) {
+			return j, nil
+		}
+		names = append(names, j.name)
+	}
+	if c.Job == "" {
+		return Job{}, fmt.Errorf("--job: required, want one of %v", names)
+	}
+	return Job{}, fmt.Errorf("--job: %q, want one of %v", c.Job, names)
+}
+
+// lagGroup is the consumer group whose offsets the worker commits for lag
+// monitoring: not the job's own group, whose members are the workers (a
+// group with active members takes no offsets from outside).
+func lagGroup(c *Config) string { return c.name() + "-lag" }

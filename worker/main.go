@@ -1,0 +1,69 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+
+	"github.com/weirstream/weir/internal/cli"
+)
+
+// Main runs a worker process of one of jobs, configured from os.Args, the
+// WEIR_ environment and an optional settings file (--config), and exits:
+// 0 after a drain (the first SIGTERM or SIGINT: every task stops reading,
+// takes a final checkpoint and commits it, then the worker leaves the
+// group; a second signal stops at once), 2 for a bad setting (the message
+// names it), 1 if the job failed. It is a complete worker main:
+//
+//	func main() { worker.Main(worker.Pipeline("count", count.Decode, count.Encode, count.Build)) }
+func Main(jobs ...Job) {
+	ctx, cancel := context.WithCancel(context.Background())
+	drain := make(chan struct{})
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() { // lives as long as the process
+		<-sigs
+		close(drain)
+		<-sigs
+		cancel()
+	}()
+	code := Command(ctx, drain, os.Args[1:], os.LookupEnv, os.Stderr, jobs...)
+	cancel()
+	os.Exit(code)
+}
+
+// Command runs a worker from args and the environment (lookup) and returns
+// the process exit code (see Main); logs and errors go to stderr. Closing
+// drain drains the worker.
+func Command(ctx context.Context, drain <-chan struct{}, args []string, lookup func(string) (string, bool), stderr io.Writer, jobs ...Job) int {
+	cfg, err := Parse(args, lookup, stderr)
+	if err == nil {
+		err = Run(ctx, cfg, jobs, Options{Logger: newLogger(stderr, cfg.LogLevel), Drain: drain})
+	}
+	return ExitCode(err, stderr)
+}
+
+// ExitCode is the exit code of a command that returned err, which it
+// prints: 0 for nil and -h, 2 for a cli.UsageError, else 1.
+func ExitCode(err error, stderr io.Writer) int {
+	var ue cli.UsageError
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "%s: bad settings:\n%v\n", progName(), err)
+		return 2
+	}
+	fmt.Fprintf(stderr, "%s: %v\n", progName(), err)
+	return 1
+}
+
+func progName() string { return filepath.Base(os.Args[0]) }

@@ -1,0 +1,404 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/cli"
+	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/sink"
+	"github.com/weirstream/weir/source"
+	"github.com/weirstream/weir/state"
+)
+
+// Options are what a caller of Run may add to the configuration. The zero
+// value is what Main uses.
+type Options struct {
+	// Logger receives the worker's logs; nil: text on stderr at
+	// Config.LogLevel.
+	Logger *slog.Logger
+	// Drain, when closed, stops the worker gracefully: every task stops
+	// reading, takes a final checkpoint and commits it, then the worker
+	// leaves the group and Run returns nil (what SIGTERM does in Main).
+	Drain <-chan struct{}
+	// Storage, if set, is used instead of opening Config.Checkpoints.
+	Storage checkpoint.Storage
+	// Observer hears what the worker's own observer hears.
+	Observer runtime.Observer
+	// Stats, if set, counts the records in and out.
+	Stats *Stats
+	// Listening, if set, is called with the address the HTTP server
+	// listens on.
+	Listening func(addr string)
+}
+
+// Run runs one worker of the job cfg names among jobs until opts.Drain is
+// closed and every task drained (it returns nil), ctx is cancelled (it
+// returns nil: the tasks stop where they are, and their next owners
+// restore their last checkpoints), or a task fails for good. Settings that
+// only show as bad once Kafka or storage is asked (a missing topic, a task
+// beyond the input's partitions, a missing bucket) fail as cli.UsageErrors.
+//
+// Without Config.Tasks the worker joins the job's consumer group, which
+// hands out the tasks; each task it gets runs from the latest valid
+// checkpoint with the fencing epoch of that generation, and each it gives
+// up stops with a final checkpoint within Config.HandoffTimeout.
+func Run(ctx context.Context, cfg Config, jobs []Job, opts Options) error {
+	if err := cfg.Validate(); err != nil {
+		return cli.UsageError{Err: err}
+	}
+	if cfg.Job == "" && len(jobs) == 1 {
+		cfg.Job = jobs[0].name
+	}
+	w := &worker{cfg: cfg, opts: opts, log: opts.Logger, stats: opts.Stats, tasks: map[int]*taskStatus{}}
+	if w.log == nil {
+		w.log = newLogger(nopWriter{}, cfg.LogLevel)
+	}
+	if w.stats == nil {
+		w.stats = &Stats{}
+	}
+	if w.opts.Observer == nil {
+		w.opts.Observer = runtime.NopObserver{}
+	}
+	return w.run(ctx, jobs)
+}
+
+type nopWriter struct{}
+
+func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }
+
+// newLogger returns a text logger on w at level.
+func newLogger(w io.Writer, level string) *slog.Logger {
+	l, _ := parseLevel(level)
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// worker is one running worker process of a job.
+type worker struct {
+	cfg     Config
+	opts    Options
+	log     *slog.Logger
+	stats   *Stats
+	storage checkpoint.Storage
+	plan    *runtime.Plan
+	parts   int
+	metrics *metrics
+	runner  *runtime.Runner
+	group   *membership // nil with static tasks
+	started time.Time
+	// kgoMetrics are the kgo client metrics of the group and the sources.
+	kgoMetrics *kpromSet
+
+	mu    sync.Mutex
+	tasks map[int]*taskStatus
+	// fatal is the first error that ends the worker.
+	fatal     error
+	cancelRun context.CancelFunc
+}
+
+func (w *worker) run(ctx context.Context, jobs []Job) error {
+	c := &w.cfg
+	log := w.log
+	w.started = time.Now()
+	for _, warning := range c.Warnings() {
+		log.Warn(warning)
+	}
+	if _, err := pickJob(c, jobs); err != nil {
+		return cli.UsageError{Err: err}
+	}
+
+	parts, err := source.PartitionCount(ctx, c.Brokers, []string{c.Input})
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return cli.UsageError{Err: fmt.Errorf("--input: %w", err)}
+	}
+	if err != nil {
+		return fmt.Errorf("--input %s: %w", c.Input, err)
+	}
+	w.parts = parts
+	for _, t := range c.Tasks {
+		if t >= parts {
+			return cli.UsageError{Err: fmt.Errorf("--tasks: task %d has no partition: input %s has %d partitions (0..%d)", t, c.Input, parts, parts-1)}
+		}
+	}
+
+	w.storage = w.opts.Storage
+	if w.storage == nil {
+		if w.storage, err = checkpoint.Open(ctx, c.Checkpoints); err != nil {
+			return cli.UsageError{Err: fmt.Errorf("--checkpoints: %w", err)}
+		}
+	}
+	reg := prometheus.NewRegistry()
+	w.kgoMetrics = newKpromSet()
+	if w.plan, err = buildPlan(c, jobs, w.stats, w.kgoMetrics); err != nil {
+		return cli.UsageError{Err: err}
+	}
+	stateDir, unlock, err := lockStateDir(c.stateDir())
+	if err != nil {
+		return cli.UsageError{Err: fmt.Errorf("--state-dir: %w", err)}
+	}
+	defer unlock()
+	log.Info("state directory", "dir", stateDir)
+
+	w.metrics = newMetrics(c.name(), w.stats)
+	if err := w.metrics.register(reg); err != nil {
+		return err
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	committer, err := source.NewCommitter(c.Brokers, lagGroup(c))
+	if err != nil {
+		return err
+	}
+	lag := newLagCommitter(committer, log)
+	reg.MustRegister(newLagCollector(w, committer))
+	lagDone := make(chan struct{})
+	lagCtx, stopLag := context.WithCancel(context.WithoutCancel(ctx))
+	go func() { defer close(lagDone); lag.run(lagCtx) }()
+	defer func() {
+		stopLag()
+		<-lagDone
+		committer.Close()
+	}()
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w.cancelRun = cancel
+
+	if c.HTTPAddr != "" && c.HTTPAddr != "off" {
+		addr, stop, err := serveHTTP(runCtx, c.HTTPAddr, c.HTTPAddr == DefaultHTTPAddr, prometheus.Gatherers{reg, w.kgoMetrics}, w, log)
+		if err != nil {
+			return cli.UsageError{Err: fmt.Errorf("--http-addr: %w", err)}
+		}
+		defer stop()
+		w.metrics.httpAddr = addr
+		log.Info("serving status page and metrics", "addr", addr, "status", "http://"+addr+"/", "metrics", "http://"+addr+"/metrics")
+		if w.opts.Listening != nil {
+			w.opts.Listening(addr)
+		}
+	}
+
+	rc := runtime.Config{
+		Storage: w.storage,
+		Checkpoint: checkpoint.Config{
+			Interval:          c.Interval,
+			Timeout:           c.CheckpointTimeout,
+			MinPause:          c.MinPause,
+			TolerableFailures: c.TolerableFailures,
+		},
+		Mode:         runtime.ExactlyOnce,
+		StateBackend: stateBackend(c, log),
+		StateDir:     stateDir,
+		// The restart backoff must fit in the time CheckTimeout allowed
+		// for a restart, with room for the restore itself.
+		MaxRestartBackoff: max(c.RestartAllowance/2, 100*time.Millisecond),
+		Logger:            log,
+		Observer:          &observer{w: w, log: log, metrics: w.metrics, lag: lag, extra: w.opts.Observer},
+	}
+	if c.delivery() != sink.ExactlyOnce {
+		rc.Mode = runtime.AtLeastOnce
+	} else {
+		rc.CheckCommittables = checkCommittables(c.Brokers)
+	}
+	w.runner, err = runtime.NewRunner(runCtx, w.plan, rc, w.taskEnded)
+	if err != nil {
+		return err
+	}
+	mode := "group " + c.Group()
+	if len(c.Tasks) > 0 {
+		mode = "static tasks"
+	}
+	log.Info("starting", "job", c.Job, "name", c.name(), "input", c.Input, "output", c.Output,
+		"assignment", mode, "tasks", c.Tasks, "partitions", parts, "checkpoints", c.Checkpoints, "state_backend", c.StateBackend,
+		"delivery", c.delivery())
+
+	if len(c.Tasks) > 0 {
+		err = w.runStatic(runCtx)
+	} else {
+		err = w.runGroup(runCtx)
+	}
+	cancel()
+	w.runner.Wait()
+	if ferr := w.fatalErr(); ferr != nil {
+		return fmt.Errorf("job %s: %w", c.name(), ferr)
+	}
+	if err != nil {
+		return fmt.Errorf("job %s: %w", c.name(), err)
+	}
+	log.Info("stopped", "records_in", w.stats.In.Load(), "records_out", w.stats.Out.Load())
+	return nil
+}
+
+// runStatic runs c.Tasks with one epoch until they drained, ctx ends or
+// one fails for good.
+func (w *worker) runStatic(ctx context.Context) error {
+	c := &w.cfg
+	epoch := c.Epoch
+	if epoch == 0 {
+		var err error
+		if epoch, err = checkpoint.NextEpoch(ctx, w.storage, c.name(), time.Now().UnixNano()); err != nil {
+			return err
+		}
+	}
+	w.log.Info("static tasks", "tasks", c.Tasks, "epoch", epoch)
+	for _, t := range c.Tasks {
+		w.startTask(t, epoch)
+	}
+	done := make(chan struct{})
+	go func() { w.runner.Wait(); close(done) }() // ends with the tasks
+	select {
+	case <-done:
+	case <-ctx.Done():
+	case <-w.opts.Drain:
+		w.drainAll(0)
+		<-done
+	}
+	return nil
+}
+
+// drainAll stops every task gracefully within bound (0: none), in parallel.
+func (w *worker) drainAll(bound time.Duration) {
+	var wg sync.WaitGroup
+	for _, t := range w.runner.Running() {
+		wg.Go(func() { w.stopTask(t, bound, "drain") })
+	}
+	wg.Wait()
+}
+
+// startTask starts task t with epoch.
+func (w *worker) startTask(t int, epoch int64) {
+	w.setTask(t, func(s *taskStatus) {
+		s.State, s.Epoch, s.Since, s.Err = stateRestoring, epoch, time.Now(), ""
+		s.assigned = time.Now()
+		s.RestoredFrom, s.Restore, s.FirstRecord = 0, 0, 0
+	})
+	w.metrics.tasksStarted.Inc()
+	if err := w.runner.Start(t, epoch); err != nil {
+		w.log.Error("start task", "task", t, "err", err)
+	}
+}
+
+// stopTask stops task t gracefully within bound and logs it; why says who
+// asked (revoke, drain).
+func (w *worker) stopTask(t int, bound time.Duration, why string) runtime.StopResult {
+	if _, running := w.runner.Epoch(t); !running {
+		return runtime.StopResult{} // stopped already (a drain, a failure)
+	}
+	w.log.Info("task revoked", "task", t, "why", why)
+	w.setTask(t, func(s *taskStatus) { s.State, s.Since = stateStopping, time.Now() })
+	res := w.runner.Stop(t, bound)
+	w.metrics.handoffStop.WithLabelValues(boolLabel(res.Drained)).Observe(res.Took.Seconds())
+	w.log.Info("task released", "task", t, "why", why, "drained", res.Drained, "took", res.Took.Round(time.Millisecond), "err", res.Err)
+	w.setTask(t, func(s *taskStatus) {
+		s.State, s.Since = stateStopped, time.Now()
+		if res.Err != nil {
+			s.Err = res.Err.Error()
+		}
+	})
+	return res
+}
+
+// abortTask stops task t at once: the worker lost it.
+func (w *worker) abortTask(t int) {
+	w.log.Warn("task lost with the group session: stopping it at once", "task", t)
+	w.runner.Abort(t)
+	w.setTask(t, func(s *taskStatus) { s.State, s.Since = stateStopped, time.Now() })
+}
+
+// taskEnded hears from the runner when a task ended. A task that fails for
+// good ends the worker; one that found a newer owner is a zombie here and
+// only stops (with static tasks it ends the worker, as before the group).
+func (w *worker) taskEnded(t int, err error) {
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+		return
+	case errors.Is(err, runtime.ErrSuperseded) && w.group != nil:
+		w.log.Error("task stopped: a newer owner has it (this worker is a zombie for it until the group tells it)", "task", t, "err", err)
+		w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateSuperseded, time.Now(), err.Error() })
+		return
+	}
+	w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateFailed, time.Now(), err.Error() })
+	w.fail(err)
+}
+
+func (w *worker) fail(err error) {
+	w.mu.Lock()
+	if w.fatal == nil {
+		w.fatal = err
+	}
+	cancel := w.cancelRun
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+}
+
+func (w *worker) fatalErr() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.fatal
+}
+
+// stateBackend opens the keyed state c asks for. The Pebble stores of one
+// worker share one block cache.
+func stateBackend(c *Config, log *slog.Logger) state.Factory {
+	if c.StateBackend == stateBackendMemory {
+		return state.NewMemory(state.MemoryOptions{})
+	}
+	return state.NewPebble(state.PebbleOptions{
+		MemTableSize: c.StateMemtableSize,
+		CacheSize:    c.StateCacheSize,
+		Logger:       log.With("component", "pebble"),
+	})
+}
+
+// checkCommittables adapts sink.Check, the transaction coordinator's record
+// of each pre-committed transaction, to the runtime's restore check. A
+// client per call: restores are rare.
+func checkCommittables(brokers []string) func(context.Context, []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
+	return func(ctx context.Context, cs []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
+		if len(cs) == 0 {
+			return nil, nil
+		}
+		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		if err != nil {
+			return nil, fmt.Errorf("kafka client: %w", err)
+		}
+		defer cl.Close()
+		sts, err := sink.Check(ctx, cl, cs)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]runtime.CommitOutcome, len(sts))
+		for i, st := range sts {
+			switch st.Outcome {
+			case sink.Committable:
+				out[i] = runtime.CommitResumable
+			case sink.Committed:
+				out[i] = runtime.CommitDone
+			case sink.Lost:
+				out[i] = runtime.CommitLost
+			default:
+				return nil, fmt.Errorf("transaction %s: unknown outcome %v", st.Committable.TransactionalID, st.Outcome)
+			}
+		}
+		return out, nil
+	}
+}
+
+func boolLabel(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
