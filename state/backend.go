@@ -71,5 +71,7 @@ type Snapshot interface {
 }
 
 // Factory opens the backend of one keyed operator of one task. dir is a
-// local directory the backend may use (Pebble keeps its DB there).
+// local directory the backend may use (Pebble keeps its DB there, and leaves
+// it there at Close for the next backend in dir to reuse its files: the
+// caller deletes dir when the task will not come back).
 type Factory func(task int, operator, dir string) (Backend, error)

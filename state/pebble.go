@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -136,14 +135,20 @@ func NewPebble(opts PebbleOptions) Factory {
 // only the SSTs this store instance has not uploaded before.
 //
 // The local directory is a cache, never the truth: nothing is synced (the
-// WAL, if any, only feeds checkpoints), and OpenPebble discards whatever a
-// previous process left in dir. What survives a crash is what the last
-// checkpoint uploaded.
+// WAL, if any, only feeds checkpoints), and a new backend never opens the DB
+// an earlier one left in dir. What survives a crash is what the last
+// checkpoint uploaded. But a Restore reuses the SSTs that earlier DBs in dir
+// still hold (a task that moved away and back, restarted after a failure, or
+// whose process was killed), once their size and checksum match the
+// checkpoint's references: see LastRestore.
 //
 // Layout under dir:
 //
-//	db-<instance>/           the live DB
-//	snap/<instance>-<n>/     the checkpoint of one Snapshot, until Release
+//	db-<instance>/                the live DB
+//	db-<instance>/weir-restored   the shared objects a restore laid out there
+//	db-<other>/                   DBs of earlier backends, until this one's
+//	                              first Restore, Snapshot or Close
+//	snap/<instance>-<n>/          the checkpoint of one Snapshot, until Release
 //
 // Keyspace: the catalog maps each table name to a short id (uvarint, from 1)
 // and is stored in the DB under id 0, so that every snapshot carries it and a
@@ -166,8 +171,16 @@ type Pebble struct {
 
 	db       *pebble.DB // nil once closed
 	dbDir    string
+	lock     *pebble.Lock // on dbDir, from before its files are laid out until after db closes
 	instance string
 	shared   *sharedSet // SSTs this store instance has in storage
+
+	// stale are the DB directories earlier backends left in dir: the next
+	// Restore may reuse their SSTs; it, the first Snapshot or Close deletes
+	// them. bg waits for a deletion Snapshot started.
+	stale       []string
+	bg          sync.WaitGroup
+	lastRestore RestoreStats
 
 	tables  map[string]*pebbleTable // declared
 	catalog map[string]catalogEntry // as stored in db
@@ -194,8 +207,9 @@ type Pebble struct {
 	keyBuf []byte
 }
 
-// OpenPebble opens an empty Pebble backend in dir, creating dir if needed
-// and deleting what an earlier backend left there.
+// OpenPebble opens an empty Pebble backend in dir, creating dir if needed.
+// What an earlier backend left there is deleted, except its DB directory:
+// the next Restore may reuse its files (see Pebble).
 func OpenPebble(dir string, opts PebbleOptions) (*Pebble, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -211,42 +225,42 @@ func OpenPebble(dir string, opts PebbleOptions) (*Pebble, error) {
 }
 
 func openPebble(dir string, opts PebbleOptions, cache *pebble.Cache) (*Pebble, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	dir, err := canonicalDir(dir)
+	if err != nil {
 		return nil, fmt.Errorf("state: pebble: %w", err)
 	}
-	if err := removeStale(dir); err != nil {
+	stale, err := findStale(dir)
+	if err != nil {
 		return nil, fmt.Errorf("state: pebble: clean %s: %w", dir, err)
 	}
-	p := &Pebble{dir: dir, opts: opts, cache: cache, tables: map[string]*pebbleTable{}, catalog: map[string]catalogEntry{}}
+	p := &Pebble{dir: dir, opts: opts, cache: cache, stale: stale, tables: map[string]*pebbleTable{}, catalog: map[string]catalogEntry{}}
 	inst, err := newInstanceID()
 	if err != nil {
 		return nil, err
 	}
 	dbDir := filepath.Join(dir, "db-"+inst)
-	db, err := pebble.Open(dbDir, p.pebbleOptions())
+	lock, err := lockNewDBDir(dbDir)
 	if err != nil {
+		return nil, fmt.Errorf("state: pebble: open: %w", err)
+	}
+	db, err := p.openDB(dbDir, lock, false)
+	if err != nil {
+		os.RemoveAll(dbDir)
+		lock.Close()
 		return nil, fmt.Errorf("state: pebble: open %s: %w", dbDir, err)
 	}
-	p.db, p.dbDir, p.instance, p.shared = db, dbDir, inst, newSharedSet(nil)
+	p.db, p.dbDir, p.lock, p.instance, p.shared = db, dbDir, lock, inst, newSharedSet(nil)
 	p.nextID = 1
 	return p, nil
 }
 
-// removeStale deletes the DBs, snapshots and restores of earlier backends.
-func removeStale(dir string) error {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		n := e.Name()
-		if strings.HasPrefix(n, "db-") || n == "snap" {
-			if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+// openDB opens the DB in dbDir under lock; mustExist refuses to create one
+// (a restore's files must be there).
+func (p *Pebble) openDB(dbDir string, lock *pebble.Lock, mustExist bool) (*pebble.DB, error) {
+	o := p.pebbleOptions()
+	o.Lock = lock
+	o.ErrorIfNotExists = mustExist
+	return pebble.Open(dbDir, o)
 }
 
 func (p *Pebble) pebbleOptions() *pebble.Options {
@@ -512,9 +526,10 @@ func (p *Pebble) dropWindow() {
 	}
 }
 
-// Close implements Backend. It deletes the local DB (a cache of the last
-// checkpoint plus later writes, never reopened); outstanding snapshots
-// stay valid until released.
+// Close implements Backend. It closes the DB and deletes the DB directories
+// of earlier backends, but keeps its own: the next backend in dir may reuse
+// its SSTs (whoever stops using dir for good deletes it). Outstanding
+// snapshots stay valid until released.
 func (p *Pebble) Close() error {
 	if p.db == nil {
 		return nil
@@ -522,74 +537,16 @@ func (p *Pebble) Close() error {
 	p.dropWindow()
 	err := p.db.Close()
 	p.db = nil
-	if rerr := os.RemoveAll(p.dbDir); err == nil && rerr != nil {
-		err = rerr
+	// Only now, with the DB closed, may another backend delete its directory.
+	if lerr := p.lock.Close(); err == nil {
+		err = lerr
 	}
+	p.bg.Wait()
+	p.dropStale()
 	if err != nil {
 		return fmt.Errorf("state: pebble: close: %w", err)
 	}
 	return nil
-}
-
-// ---- keys ----
-
-// prefixSuccessor is the smallest key greater than every key with prefix b,
-// or nil (no upper bound) if b is all 0xff.
-func prefixSuccessor(b []byte) []byte {
-	s := append([]byte(nil), b...)
-	for i := len(s) - 1; i >= 0; i-- {
-		if s[i] != 0xff {
-			s[i]++
-			return s[:i+1]
-		}
-	}
-	return nil
-}
-
-// appendEscaped appends key so that the encoding is self-delimiting and
-// order-preserving (see Pebble).
-func appendEscaped(dst, key []byte) []byte {
-	for {
-		i := indexZero(key)
-		if i < 0 {
-			break
-		}
-		dst = append(dst, key[:i]...)
-		dst = append(dst, 0x00, 0xff)
-		key = key[i+1:]
-	}
-	dst = append(dst, key...)
-	return append(dst, 0x00, 0x01)
-}
-
-func indexZero(b []byte) int {
-	for i, c := range b {
-		if c == 0 {
-			return i
-		}
-	}
-	return -1
-}
-
-// cutEscaped decodes an escaped key at the start of b into dst and returns
-// it and the rest of b.
-func cutEscaped(dst, b []byte) (key, rest []byte, err error) {
-	for {
-		i := indexZero(b)
-		if i < 0 || i+1 >= len(b) {
-			return nil, nil, errors.New("state: pebble: bad map key encoding")
-		}
-		dst = append(dst, b[:i]...)
-		switch b[i+1] {
-		case 0x01:
-			return dst, b[i+2:], nil
-		case 0xff:
-			dst = append(dst, 0)
-			b = b[i+2:]
-		default:
-			return nil, nil, errors.New("state: pebble: bad map key escape")
-		}
-	}
 }
 
 // ---- logging ----

@@ -5,10 +5,11 @@ import (
 )
 
 // noSyncFS is the local filesystem without fsync. The local DB is never the
-// truth (the WAL, if any, is never synced, and a new backend discards what an
-// earlier one left on disk: state comes back from checkpoint storage only),
-// so durability of local files buys nothing, while every fsync of a flush, a
-// compaction or a checkpoint lengthens the snapshot pause on a busy disk.
+// truth (the WAL, if any, is never synced, and a new backend never opens what
+// an earlier one left on disk: state comes back from checkpoint storage, or
+// from local files whose checksums match the checkpoint's), so durability
+// of local files buys nothing, while every fsync of a flush, a compaction or
+// a checkpoint lengthens the snapshot pause on a busy disk.
 //
 // It does not recycle WAL files either: recycling only saves fsync work, and
 // a checkpoint copies a WAL file whole, so a recycled file's stale tail would

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"golang.org/x/sync/errgroup"
@@ -14,11 +16,16 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 )
 
-// Restore implements Backend. It downloads every file of handle into a new,
+// Restore implements Backend. It lays out every file of handle in a new,
 // empty DB directory, in parallel, checking each file's size and checksum
 // before it opens the DB there; then it swaps that DB in for the current one
 // as a new store instance. A failed restore (a missing or corrupt file names
 // the object) leaves the current state as it was.
+//
+// A shared file with a copy on local disk (in the DB of an earlier backend
+// in dir, or in the current one) whose size and checksum match is
+// hard-linked, not downloaded: see LastRestore. After the restore, failed or
+// not, the earlier backends' DBs are deleted.
 //
 // Shared files of the snapshot are referenced, not uploaded again, by later
 // snapshots: they are in storage already, under the instance that wrote them.
@@ -27,6 +34,33 @@ func (p *Pebble) Restore(ctx context.Context, st checkpoint.Storage, handle chec
 		return ErrClosed
 	}
 	p.dropWindow()
+	start := time.Now()
+	var c restoreCounters
+	err := p.restore(ctx, st, handle, &c)
+	s := RestoreStats{
+		Files:           len(handle.Files),
+		Reused:          int(c.reused.Load()),
+		ReusedBytes:     c.reusedBytes.Load(),
+		DownloadedBytes: c.downloadedBytes.Load(),
+		Took:            time.Since(start),
+	}
+	p.lastRestore = s
+	attrs := []any{"instance", p.instance, "files", s.Files, "reused", s.Reused,
+		"reused_bytes", s.ReusedBytes, "downloaded_bytes", s.DownloadedBytes, "took", s.Took}
+	if err != nil {
+		attrs = append(attrs, "err", err)
+	}
+	p.opts.Logger.Info("pebble restore", attrs...)
+	p.dropStale()
+	return err
+}
+
+// restoreCounters count what a restore did, from its parallel downloads.
+type restoreCounters struct {
+	reused, reusedBytes, downloadedBytes atomic.Int64
+}
+
+func (p *Pebble) restore(ctx context.Context, st checkpoint.Storage, handle checkpoint.StateHandle, c *restoreCounters) error {
 	if handle.Backend != "pebble" {
 		return fmt.Errorf("state: restore a %q snapshot into the pebble backend", handle.Backend)
 	}
@@ -36,7 +70,7 @@ func (p *Pebble) Restore(ctx context.Context, st checkpoint.Storage, handle chec
 	seen := map[string]bool{}
 	have := map[string]checkpoint.FileRef{}
 	for _, f := range handle.Files {
-		if f.Local == "" || f.Local != filepath.Base(f.Local) || f.Local == "." || f.Local == ".." {
+		if f.Local == "" || f.Local != filepath.Base(f.Local) || f.Local == "." || f.Local == ".." || f.Local == restoredList {
 			return fmt.Errorf("state: pebble: restore: %s has a bad local name %q", f.Name, f.Local)
 		}
 		if seen[f.Local] {
@@ -53,17 +87,19 @@ func (p *Pebble) Restore(ctx context.Context, st checkpoint.Storage, handle chec
 		return err
 	}
 	dbDir := filepath.Join(p.dir, "db-"+inst)
-	if err := os.Mkdir(dbDir, 0o755); err != nil {
+	lock, err := lockNewDBDir(dbDir)
+	if err != nil {
 		return fmt.Errorf("state: pebble: restore: %w", err)
 	}
-	db, cat, err := p.restoreInto(ctx, st, handle, dbDir)
+	db, cat, err := p.restoreInto(ctx, st, handle, dbDir, lock, c)
 	if err != nil {
 		os.RemoveAll(dbDir)
+		lock.Close()
 		return fmt.Errorf("state: pebble: restore: %w", err)
 	}
 
-	old, oldDir := p.db, p.dbDir
-	p.db, p.dbDir, p.instance, p.shared = db, dbDir, inst, newSharedSet(have)
+	old, oldDir, oldLock := p.db, p.dbDir, p.lock
+	p.db, p.dbDir, p.lock, p.instance, p.shared = db, dbDir, lock, inst, newSharedSet(have)
 	p.flushing = nil
 	p.catalog = cat
 	p.nextID = 1
@@ -86,8 +122,13 @@ func (p *Pebble) Restore(ctx context.Context, st checkpoint.Storage, handle chec
 		}
 		p.catalog[name] = e
 	}
+	// The replaced DB holds nothing the new one needs (it linked what it
+	// reused), but its directory goes only once it is closed.
 	cerr := old.Close()
-	os.RemoveAll(oldDir)
+	if err := oldLock.Close(); cerr == nil {
+		cerr = err
+	}
+	p.removeDirs([]string{oldDir})
 	if derr != nil {
 		return derr
 	}
@@ -97,25 +138,41 @@ func (p *Pebble) Restore(ctx context.Context, st checkpoint.Storage, handle chec
 	return nil
 }
 
-// restoreInto downloads handle's files into dir, opens the DB there and
+// restoreInto lays out handle's files in dir (locked by lock), reusing local
+// copies where it can and downloading the rest, opens the DB there and
 // checks its catalog against the declared tables.
-func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle checkpoint.StateHandle, dir string) (*pebble.DB, map[string]catalogEntry, error) {
+func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle checkpoint.StateHandle, dir string, lock *pebble.Lock, c *restoreCounters) (*pebble.DB, map[string]catalogEntry, error) {
+	if err := writeRestoredList(dir, handle); err != nil {
+		return nil, nil, err
+	}
+	local := p.findLocalCopies()
+	newDir, err := checkpoint.NewFile(dir) // to verify local copies as downloads are
+	if err != nil {
+		return nil, nil, err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(p.opts.UploadParallelism)
 	for _, f := range handle.Files {
 		g.Go(func() error {
-			if err := download(gctx, st, f, filepath.Join(dir, f.Local)); err != nil {
+			path := filepath.Join(dir, f.Local)
+			if f.Shared && p.reuse(gctx, local, newDir, f, path) {
+				c.reused.Add(1)
+				c.reusedBytes.Add(f.Size)
+				return nil
+			}
+			if err := download(gctx, st, f, path); err != nil {
 				return fmt.Errorf("file %s (%s): %w", f.Name, f.Local, err)
 			}
+			c.downloadedBytes.Add(f.Size)
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, nil, err
 	}
-	db, err := pebble.Open(dir, p.pebbleOptions())
+	db, err := p.openDB(dir, lock, true)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open the downloaded DB: %w", err)
+		return nil, nil, fmt.Errorf("open the restored DB: %w", err)
 	}
 	cat, err := readCatalog(db)
 	if err == nil {

@@ -31,6 +31,17 @@ func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 		return nil, ErrClosed
 	}
 	start := time.Now()
+	if p.stale != nil {
+		// No Restore came to reuse the earlier backends' DBs: delete them,
+		// off the pause and the cut.
+		stale := p.stale
+		p.stale = nil
+		p.bg.Add(1)
+		go func() {
+			defer p.bg.Done()
+			p.removeDirs(stale)
+		}()
+	}
 	if p.window != nil {
 		if err := p.closeWindow(); err != nil {
 			return nil, fmt.Errorf("state: pebble: snapshot %d: %w", id, err)

@@ -267,3 +267,64 @@ func (m *pebbleMap) Scan(fn func(key, userKey, value []byte) error) error {
 		return fn(key, uk, v)
 	})
 }
+
+// ---- keys ----
+
+// prefixSuccessor is the smallest key greater than every key with prefix b,
+// or nil (no upper bound) if b is all 0xff.
+func prefixSuccessor(b []byte) []byte {
+	s := append([]byte(nil), b...)
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] != 0xff {
+			s[i]++
+			return s[:i+1]
+		}
+	}
+	return nil
+}
+
+// appendEscaped appends key so that the encoding is self-delimiting and
+// order-preserving (see Pebble).
+func appendEscaped(dst, key []byte) []byte {
+	for {
+		i := indexZero(key)
+		if i < 0 {
+			break
+		}
+		dst = append(dst, key[:i]...)
+		dst = append(dst, 0x00, 0xff)
+		key = key[i+1:]
+	}
+	dst = append(dst, key...)
+	return append(dst, 0x00, 0x01)
+}
+
+func indexZero(b []byte) int {
+	for i, c := range b {
+		if c == 0 {
+			return i
+		}
+	}
+	return -1
+}
+
+// cutEscaped decodes an escaped key at the start of b into dst and returns
+// it and the rest of b.
+func cutEscaped(dst, b []byte) (key, rest []byte, err error) {
+	for {
+		i := indexZero(b)
+		if i < 0 || i+1 >= len(b) {
+			return nil, nil, errors.New("state: pebble: bad map key encoding")
+		}
+		dst = append(dst, b[:i]...)
+		switch b[i+1] {
+		case 0x01:
+			return dst, b[i+2:], nil
+		case 0xff:
+			dst = append(dst, 0)
+			b = b[i+2:]
+		default:
+			return nil, nil, errors.New("state: pebble: bad map key escape")
+		}
+	}
+}

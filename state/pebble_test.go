@@ -777,6 +777,7 @@ func TestPebbleOpenAndClose(t *testing.T) {
 	}
 	s.(*PebbleSnapshot).CutTime() // the cut is done
 	p.db.Close()
+	p.lock.Close() // as the end of a killed process would
 	keep := filepath.Join(dir, "not-ours")
 	os.WriteFile(keep, nil, 0o644)
 
@@ -789,8 +790,10 @@ func TestPebbleOpenAndClose(t *testing.T) {
 	if got, ok, _ := mustValue(t, b, "v").Get([]byte("k")); ok {
 		t.Errorf("new backend sees %q", got)
 	}
+	// The snapshot is gone at once; the earlier DB stays for a Restore to
+	// reuse, until Close.
 	entries, _ := os.ReadDir(dir)
-	if len(entries) != 2 { // its DB and not-ours
+	if len(entries) != 3 { // its DB, the earlier one, and not-ours
 		t.Errorf("directory holds %v", entries)
 	}
 	if b.Name() != "pebble" {
@@ -798,6 +801,10 @@ func TestPebbleOpenAndClose(t *testing.T) {
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
+	}
+	entries, _ = os.ReadDir(dir)
+	if len(entries) != 2 || entries[0].Name() != filepath.Base(b.(*Pebble).dbDir) || entries[1].Name() != "not-ours" {
+		t.Errorf("after Close, directory holds %v; want its DB (kept for the next backend) and not-ours", entries)
 	}
 	if _, err := b.Value("v"); !errors.Is(err, ErrClosed) {
 		t.Errorf("Value after Close: %v", err)
