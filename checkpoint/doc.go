@@ -28,6 +28,12 @@
 // Object layout under the storage root:
 //
 //	<job>/tasks/<task>/chk-<id, 20 digits>/manifest.json  commit point (ManifestName)
-//	<job>/tasks/<task>/chk-<id, 20 digits>/...            files of that checkpoint only (CheckpointDir)
+//	<job>/tasks/<task>/chk-<id, 20 digits>/e<epoch>-<attempt>/...
+//	                                                       files of that checkpoint only, one folder per writer (OwnerDir)
+//	<job>/tasks/<task>/owner-<epoch, 20 digits>            an owner's claim of the task (Claim)
 //	<job>/shared/<task>/...                                immutable files shared by checkpoints (SharedDir)
+//	<job>/epochs/<epoch, 20 digits>                        fencing epochs allocated (NextEpoch)
+//
+// How owners of a task are kept apart (OwnerDir, Claim, the Driver's check
+// of the claims before it commits, NextEpoch) is in docs/ownership.md.
 package checkpoint

@@ -219,6 +219,13 @@ func (d *Driver) apply(ctx context.Context, acts []Action) error {
 				d.log.Error("checkpoint id taken by a newer owner: stopping", "checkpoint", a.ID)
 				return fmt.Errorf("%w: checkpoint %d of task %d was written by a newer owner", ErrSuperseded, a.ID, d.cfg.Task)
 			}
+			if err == nil {
+				err = d.checkClaims(ctx, a.ID)
+				if errors.Is(err, ErrSuperseded) {
+					d.log.Error("a newer owner claimed the task: stopping without committing", "checkpoint", a.ID, "err", err)
+					return err
+				}
+			}
 			if err != nil {
 				next = d.coord.ManifestFailed(a.ID, err, time.Now())
 			} else {
@@ -245,6 +252,36 @@ func (d *Driver) apply(ctx context.Context, acts []Action) error {
 			panic(fmt.Sprintf("checkpoint: unknown action %T", a))
 		}
 		acts = append(next, acts...)
+	}
+	return nil
+}
+
+// checkClaims runs once the manifest of checkpoint id is durable and
+// before anything commits its output. If a newer owner claimed the task,
+// this owner is a zombie: it must not commit, and ErrSuperseded says so.
+//
+// Why this closes the race with the newer owner: the newer owner writes its
+// claim, then lists the manifests to pick the one it restores; this owner
+// writes its manifest, then lists the claims. One of the two sees the
+// other's write. If the newer owner saw the manifest, it restores from it
+// (and commits its transactions itself, which is idempotent); if not, this
+// owner sees the claim and does not commit, and the newer owner's sinks
+// abort those transactions. Either way no output is committed that the
+// newer owner's restore point does not account for. A claim that cannot be
+// read fails the checkpoint: its transactions are carried to the next one.
+func (d *Driver) checkClaims(ctx context.Context, id ID) error {
+	if t := d.coord.cfg.Timeout; t > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, t)
+		defer cancel()
+	}
+	claims, err := Claims(ctx, d.cfg.Storage, d.cfg.Job, d.cfg.Task)
+	if err != nil {
+		return fmt.Errorf("checkpoint %d: read the task's claims: %w", id, err)
+	}
+	if n := len(claims); n > 0 && claims[n-1] > d.cfg.Epoch {
+		return fmt.Errorf("%w: task %d was claimed by the owner with epoch %d after this one (%d) wrote checkpoint %d",
+			ErrSuperseded, d.cfg.Task, claims[n-1], d.cfg.Epoch, id)
 	}
 	return nil
 }

@@ -45,20 +45,34 @@ type generator struct {
 	failed   atomic.Pointer[error]
 	stop     context.CancelFunc
 	done     chan struct{}
-	total    int64
+	from     int64 // the first record's number
+	total    int64 // one past the last record's number
 }
 
 // startGenerator writes records 0..limit-1 (limit < 0: until Stop) to topic
 // at about rate records per second (0: as fast as the client goes).
 func startGenerator(t *testing.T, c *testcluster.Cluster, topic string, keys int, limit int64, rate int) *generator {
 	t.Helper()
+	return startGeneratorAt(t, c, topic, keys, 0, limit, rate)
+}
+
+// startGeneratorFrom writes records from..from+n-1 as fast as it can; Wait
+// returns from+n.
+func startGeneratorFrom(t *testing.T, c *testcluster.Cluster, topic string, keys int, from, n int64) *generator {
+	t.Helper()
+	return startGeneratorAt(t, c, topic, keys, from, from+n, 0)
+}
+
+// startGeneratorAt writes records from..limit-1 (limit < 0: until Stop).
+func startGeneratorAt(t *testing.T, c *testcluster.Cluster, topic string, keys int, from, limit int64, rate int) *generator {
+	t.Helper()
 	cl := c.Client(t, kgo.ProducerLinger(5*time.Millisecond))
 	ctx, cancel := context.WithCancel(context.Background())
-	g := &generator{t: t, stop: cancel, done: make(chan struct{})}
+	g := &generator{t: t, stop: cancel, done: make(chan struct{}), from: from}
 	t.Cleanup(func() { g.Stop() })
 	go func() {
 		defer close(g.done)
-		var i int64
+		i := from
 		promise := func(_ *kgo.Record, err error) {
 			if err != nil {
 				g.failed.CompareAndSwap(nil, &err)
@@ -114,8 +128,8 @@ func (g *generator) Stop() int64 {
 	if err := g.failed.Load(); err != nil {
 		g.t.Fatalf("generator: %v", *err)
 	}
-	if got := g.produced.Load(); got != g.total {
-		g.t.Fatalf("generator handed %d records to the client, %d were acknowledged", g.total, got)
+	if got := g.produced.Load(); got != g.total-g.from {
+		g.t.Fatalf("generator handed %d records to the client, %d were acknowledged", g.total-g.from, got)
 	}
 	return g.total
 }

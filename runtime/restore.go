@@ -66,9 +66,10 @@ func committables(m checkpoint.Manifest) []checkpoint.Committable {
 //     history goes on from an earlier cut, and its committed output is not
 //     in the zombie's state. (One with no transactions at all would pass the
 //     next rule, and replay that output.) Nothing the zombie committed is
-//     lost by skipping it: once the newer owner opened its sinks, the
-//     zombie's transactions were fenced, and what it committed before is
-//     in a manifest the newer owner saw (see recheck);
+//     lost by skipping it: an owner commits a checkpoint only after it
+//     found no newer claim once its manifest was durable (Driver), and the
+//     newer owner claimed before it listed, so every checkpoint a zombie
+//     committed is one the newer owner saw here;
 //   - a manifest with a lost committable is not valid: walk back. Walking
 //     back past it re-derives its output, which is only right if none of its
 //     transactions was committed; if one was, the task fails loudly;
@@ -94,9 +95,7 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 		return 0, fmt.Errorf("list checkpoints: %w", err)
 	}
 	var ms []checkpoint.Manifest
-	t.seen = map[checkpoint.ID]bool{}
 	for _, id := range ids {
-		t.seen[id] = true
 		m, err := checkpoint.ReadManifest(ctx, t.storage, t.job, t.id, id)
 		if errors.Is(err, checkpoint.ErrNotFound) {
 			continue
@@ -182,74 +181,6 @@ func zombieManifests(ms []checkpoint.Manifest) []bool {
 		newest = m.Epoch
 	}
 	return zombie
-}
-
-// restoreAgainError: while this owner restored, an older one completed a
-// checkpoint and committed its output. The supervisor restores again at
-// once: the older owner is fenced now, so the next restore sees all it
-// committed.
-type restoreAgainError struct {
-	checkpoint checkpoint.ID
-	epoch      int64
-}
-
-func (e *restoreAgainError) Error() string {
-	return fmt.Sprintf("while this owner restored, the owner with epoch %d completed checkpoint %d and committed its output", e.epoch, e.checkpoint)
-}
-
-// recheck runs once the sinks are open: they fenced every older owner of
-// the task's transactional ids, so from now on no older owner commits
-// anything. Before that, one may have completed a checkpoint that restore
-// did not see (a zombie that resumed after a pause, while this owner
-// listed); if it committed that checkpoint's output, restoring the older
-// checkpoint would write that output again, so the task must restore
-// again. A manifest that appeared with nothing committed (its transactions
-// fenced, or none) is left to the zombie rule of restore. Without
-// Config.CheckCommittables (at-least-once) there is nothing to check.
-func (t *task) recheck(ctx context.Context) error {
-	if t.cfg.CheckCommittables == nil {
-		return nil
-	}
-	ids, _, err := checkpoint.ListCheckpoints(ctx, t.storage, t.job, t.id)
-	if err != nil {
-		return fmt.Errorf("list checkpoints after opening the sinks: %w", err)
-	}
-	restored := map[txnKey]bool{}
-	if t.restoredFrom != 0 {
-		for _, a := range t.restored {
-			for _, c := range a.Committables {
-				restored[keyOf(c)] = true
-			}
-		}
-	}
-	for _, id := range ids {
-		if t.seen[id] {
-			continue
-		}
-		m, err := checkpoint.ReadManifest(ctx, t.storage, t.job, t.id, id)
-		if errors.Is(err, checkpoint.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("read manifest of checkpoint %d: %w", id, err)
-		}
-		if m.Epoch > t.epoch {
-			return fmt.Errorf("%w: checkpoint %d of task %d has epoch %d, this worker's is %d", ErrSuperseded, m.Checkpoint, t.id, m.Epoch, t.epoch)
-		}
-		cs := committables(m)
-		outcomes, err := t.checkCommittables(ctx, cs)
-		if err != nil {
-			return fmt.Errorf("check committables of checkpoint %d: %w", m.Checkpoint, err)
-		}
-		for j, o := range outcomes {
-			if o == CommitDone && !restored[keyOf(cs[j])] {
-				return &restoreAgainError{checkpoint: m.Checkpoint, epoch: m.Epoch}
-			}
-		}
-		t.log.Info("an older owner wrote a checkpoint while this one restored; nothing of it was committed",
-			"checkpoint", m.Checkpoint, "its_epoch", m.Epoch)
-	}
-	return nil
 }
 
 // checkWalkBack refuses to restore m when a newer, rejected checkpoint had

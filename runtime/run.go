@@ -276,13 +276,6 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) erro
 			cfg.Observer.TaskFailed(plan.Name(), id, err, true)
 			continue
 		}
-		// An older owner committed a checkpoint while this one restored:
-		// restore again, at once, now that it is fenced.
-		var again *restoreAgainError
-		if errors.As(err, &again) {
-			t.log.Warn("restoring again", "err", err)
-			continue
-		}
 		t.mu.Lock()
 		progressed := t.completed
 		t.mu.Unlock()

@@ -42,8 +42,6 @@ type task struct {
 	// drain, when closed, stops the task gracefully (final checkpoint).
 	drain   <-chan struct{}
 	started time.Time
-	// seen are the checkpoints restore read; recheck looks at the others.
-	seen map[checkpoint.ID]bool
 	// firstRecord is set once the observer heard of the first record.
 	firstRecord atomic.Bool
 
@@ -326,11 +324,6 @@ func (t *task) run(ctx context.Context) (err error) {
 		if err := open(); err != nil {
 			return err
 		}
-	}
-	// The sinks have fenced every older owner: what it committed until
-	// now is in storage.
-	if err := t.recheck(ctx); err != nil {
-		return err
 	}
 	t.observer.TaskRestored(t.job, t.id, t.epoch, t.restoredFrom, time.Since(t.started))
 

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -206,5 +208,83 @@ func TestFlagErrors(t *testing.T) {
 				t.Errorf("%T is not a usage error (exit 2)", err)
 			}
 		})
+	}
+}
+
+func writeFile(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "weir.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestConfigFile: a settings file fills what the environment and the
+// command line leave, with the flag names as keys; lists may be YAML lists.
+func TestConfigFile(t *testing.T) {
+	path := writeFile(t, `
+input: numbers
+output: counts
+brokers: [k1:9092, k2:9092]
+interval: 250ms
+state-memtable-size: 8MiB
+tasks: [0, 2]
+http-addr: off
+handoff-timeout: 5s
+`)
+	var stderr bytes.Buffer
+	c, err := Parse([]string{"--config", path, "--interval", "2s"}, env("WEIR_OUTPUT", "from-env", "WEIR_HANDOFF_TIMEOUT", "7s"), &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	if c.Input != "numbers" || !slices.Equal(c.Brokers, []string{"k1:9092", "k2:9092"}) || c.StateMemtableSize != 8<<20 ||
+		!slices.Equal(c.Tasks, []int{0, 2}) || c.HTTPAddr != "off" {
+		t.Errorf("file settings not applied: %+v", c)
+	}
+	if c.Interval != 2*time.Second {
+		t.Errorf("interval %v: the flag must win over the file", c.Interval)
+	}
+	if c.Output != "from-env" || c.HandoffTimeout != 7*time.Second {
+		t.Errorf("output %q, handoff timeout %v: the environment must win over the file", c.Output, c.HandoffTimeout)
+	}
+	// WEIR_CONFIG names the file too.
+	c, err = Parse(nil, env("WEIR_CONFIG", path), &stderr)
+	if err != nil || c.Input != "numbers" || c.Interval != 250*time.Millisecond {
+		t.Errorf("WEIR_CONFIG: %v, %+v", err, c)
+	}
+}
+
+func TestConfigFileErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, body string
+		want       []string
+	}{
+		{"unknown key", "input: a\noutput: b\ninptu: c\n", []string{`unknown setting "inptu"`}},
+		{"bad value", "input: a\noutput: b\ninterval: soon\n", []string{"interval", `"soon"`}},
+		{"invalid setting names the flag", "input: a\noutput: b\ninterval: 0s\n", []string{"--interval: must be > 0"}},
+		{"not a mapping", "- a\n- b\n", []string{"not a YAML mapping of settings"}},
+		{"nested value", "input: a\noutput: b\nbrokers: {a: b}\n", []string{"brokers", "want a value or a list of values"}},
+		{"the file names itself", "config: other.yaml\ninput: a\noutput: b\n", []string{`unknown setting "config"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := writeFile(t, tc.body)
+			_, err := Parse([]string{"--config", path}, env(), &bytes.Buffer{})
+			if err == nil {
+				t.Fatal("accepted")
+			}
+			if _, ok := err.(cli.UsageError); !ok {
+				t.Errorf("%T is not a usage error (exit 2)", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q:\n%v", w, err)
+				}
+			}
+		})
+	}
+	_, err := Parse([]string{"--config", "/nonexistent/weir.yaml"}, env(), &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "--config: open /nonexistent/weir.yaml") {
+		t.Errorf("missing file: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"os"
 	"strings"
 	"testing"
@@ -24,6 +25,10 @@ func TestComposeWorkerSettings(t *testing.T) {
 	var f struct {
 		Services map[string]struct {
 			Environment map[string]string `yaml:"environment"`
+			Ports       []string          `yaml:"ports"`
+			Healthcheck struct {
+				Test []string `yaml:"test"`
+			} `yaml:"healthcheck"`
 		} `yaml:"services"`
 	}
 	if err := yaml.Unmarshal(raw, &f); err != nil {
@@ -83,5 +88,35 @@ func TestComposeWorkerSettings(t *testing.T) {
 	}
 	if environ["AWS_ACCESS_KEY_ID"] == "" || environ["AWS_SECRET_ACCESS_KEY"] == "" {
 		t.Error("no credentials for the default chain: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+	}
+
+	// The replicas share the tasks through the group: a static task list
+	// would make every replica run every task.
+	if len(cfg.Tasks) > 0 || cfg.Epoch != 0 {
+		t.Errorf("worker sets tasks %v / epoch %d: the replicas must get their tasks from the group", cfg.Tasks, cfg.Epoch)
+	}
+	// The status page listens on all interfaces inside the container, on
+	// the port the service publishes (any host port, so --scale works) and
+	// the healthcheck probes.
+	host, port, err := net.SplitHostPort(cfg.HTTPAddr)
+	if err != nil || host != "0.0.0.0" {
+		t.Errorf("WEIR_HTTP_ADDR %q: want 0.0.0.0:PORT, reachable from outside the container", cfg.HTTPAddr)
+	}
+	published := false
+	for _, p := range svc.Ports {
+		parts := strings.Split(p, ":")
+		if parts[len(parts)-1] == port {
+			published = true
+			if len(parts) == 3 && parts[1] != "" {
+				t.Errorf("port %q publishes a fixed host port: --scale worker=3 would collide", p)
+			}
+		}
+	}
+	if !published {
+		t.Errorf("container port %s is not published (ports %v)", port, svc.Ports)
+	}
+	hc := svc.Healthcheck.Test
+	if len(hc) < 3 || hc[1] != "/usr/local/bin/processor" || hc[2] != "probe" || !strings.Contains(strings.Join(hc, " "), ":"+port+"/readyz") {
+		t.Errorf("healthcheck %q: want processor probe of /readyz on port %s", hc, port)
 	}
 }

@@ -319,7 +319,6 @@ func TestDemo(t *testing.T) {
 	}
 }
 
-
 func env(kv ...string) func(string) (string, bool) {
 	return func(k string) (string, bool) {
 		for i := 0; i+1 < len(kv); i += 2 {

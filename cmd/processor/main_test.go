@@ -28,6 +28,10 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"generate", "--records", "-1"}, 2, "--topic: required"},
 		{[]string{"verify", "--input", "a"}, 2, "--output: required"},
 		{[]string{"demo", "--crash-at", "1.5"}, 2, "--crash-at: must be between 0 and 1"},
+		{[]string{"probe"}, 2, "probe: want one URL"},
+		{[]string{"probe", "http://127.0.0.1:1/readyz"}, 1, "probe: "},
+		{[]string{"run", "--input", "a", "--output", "b", "--epoch", "5"}, 2, "--epoch: 5 set without --tasks"},
+		{[]string{"run", "--input", "a", "--output", "b", "--config", "/nonexistent/weir.yaml"}, 2, "--config: open /nonexistent/weir.yaml"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer

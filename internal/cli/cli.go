@@ -95,12 +95,15 @@ func ParseWithFile(fs *flag.FlagSet, args []string, lookup func(string) (string,
 }
 
 // flagValue finds --name VALUE or --name=VALUE (one dash too) in args,
-// before the first non-flag argument.
+// before a "--".
 func flagValue(args []string, name string) (string, bool) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
-		if a == "--" || !strings.HasPrefix(a, "-") {
+		if a == "--" {
 			return "", false
+		}
+		if !strings.HasPrefix(a, "-") {
+			continue // another flag's value
 		}
 		a = strings.TrimPrefix(strings.TrimPrefix(a, "-"), "-")
 		if v, ok := strings.CutPrefix(a, name+"="); ok {
