@@ -90,6 +90,10 @@ type Config struct {
 	// takes a slot of its own in it (w0, w1, ...), so workers on one host
 	// may share it. Default: $TMPDIR/weir-state/<name>.
 	StateDir string
+	// StateCleanupDelay is how long the local state of a task that left
+	// this worker stays on disk (a task that comes back restores from it
+	// instead of downloading); then it is deleted. Default 10m; 0 keeps it.
+	StateCleanupDelay time.Duration
 	// Delivery is the sink's guarantee: exactly-once (default),
 	// at-least-once or none.
 	Delivery string
@@ -151,6 +155,7 @@ func DefaultConfig() Config {
 		RebalanceTimeout:  time.Minute,
 		HandoffTimeout:    20 * time.Second,
 		HTTPAddr:          DefaultHTTPAddr,
+		StateCleanupDelay: 10 * time.Minute,
 		LogLevel:          "info",
 	}
 }
@@ -285,6 +290,9 @@ func (c *Config) Validate() error {
 	if len(c.Tasks) == 0 {
 		c.validateGroup(bad)
 	}
+	if c.StateCleanupDelay < 0 {
+		bad("state-cleanup-delay", "must not be negative, got %v", c.StateCleanupDelay)
+	}
 	if c.HTTPAddr != "" && c.HTTPAddr != "off" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 			bad("http-addr", "%q: %v (want host:port or off)", c.HTTPAddr, err)
@@ -386,6 +394,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateBackend, "state-backend", c.StateBackend, "keyed state: pebble (local Pebble stores, incremental checkpoints) or memory (full checkpoints; tests, small state)")
 	fs.Var(cli.Bytes{V: &c.StateMemtableSize}, "state-memtable-size", "Pebble memtable size per store, bytes or with K, M, G, KiB, MiB, GiB (binary); bounds the background flush of each checkpoint")
 	fs.Var(cli.Bytes{V: &c.StateCacheSize}, "state-cache-size", "Pebble block cache shared by the worker's stores (bytes, or with K, M, G, KiB, MiB, GiB)")
+	fs.DurationVar(&c.StateCleanupDelay, "state-cleanup-delay", c.StateCleanupDelay, "delete the local state of a task that left this worker after this long (0: keep it)")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "local state directory, a cache of the checkpoints (default: $TMPDIR/weir-state/<name>)")
 	fs.StringVar(&c.Delivery, "delivery", c.Delivery, "sink guarantee: exactly-once, at-least-once or none")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "transactional ids per task (exactly-once; at least tolerable failures + 3; default: that)")

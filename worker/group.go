@@ -75,7 +75,10 @@ func (w *worker) runGroup(ctx context.Context) error {
 	// themselves, from their checkpoints.
 	cl.PauseFetchTopics(c.Input)
 	m.cl = cl
+	// Under mu: the status server, started before the group, reads it.
+	w.mu.Lock()
 	w.group = m
+	w.mu.Unlock()
 
 	select {
 	case <-ctx.Done():
@@ -97,6 +100,14 @@ func (w *worker) runGroup(ctx context.Context) error {
 	cl.Close()
 	w.log.Info("left the group", "group", c.Group())
 	return nil
+}
+
+// membership returns the worker's place in the job's group: nil with
+// static tasks, and until runGroup joined.
+func (w *worker) membership() *membership {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.group
 }
 
 // joined reports whether the group assigned this worker tasks (or none)

@@ -1,12 +1,15 @@
 package worker
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
+	"time"
 )
 
 // maxStateSlots bounds the workers of one job that share a state directory
@@ -48,4 +51,61 @@ func lockStateDir(dir string) (string, func(), error) {
 		return slot, func() { f.Close() }, nil
 	}
 	return "", nil, fmt.Errorf("%s: all %d slots are locked by other workers", dir, maxStateSlots)
+}
+
+// cleanStates deletes, every so often until ctx ends, the local state of
+// the tasks that left this worker more than delay ago (Kafka Streams'
+// state.cleanup.delay.ms): a task that comes back within delay restores
+// from its files on disk, one that does not frees the disk. A task's
+// directory is deleted only while the runner does not run it, under
+// startMu, which startTask holds to start one.
+func (w *worker) cleanStates(ctx context.Context, dir string, delay time.Duration) {
+	tick := time.NewTicker(min(delay/2, time.Minute))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		w.cleanPass(dir, delay)
+	}
+}
+
+// cleanPass deletes once what cleanStates deletes.
+func (w *worker) cleanPass(dir string, delay time.Duration) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		digits, ok := strings.CutPrefix(e.Name(), "task-")
+		t, err := strconv.Atoi(digits)
+		if !ok || err != nil || !e.IsDir() {
+			continue
+		}
+		w.startMu.Lock()
+		if _, running := w.runner.Epoch(t); !running && w.leftAgo(t) > delay {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				w.log.Warn("delete the local state of a task that left", "task", t, "err", err)
+			} else {
+				w.log.Info("deleted the local state of a task that left this worker", "task", t, "after", delay)
+			}
+		}
+		w.startMu.Unlock()
+	}
+}
+
+// leftAgo is how long ago task t stopped here; for a task this process
+// never ran (state a previous process left), how long this one runs.
+func (w *worker) leftAgo(t int) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if s := w.tasks[t]; s != nil {
+		if s.State == stateRestoring || s.State == stateRunning || s.State == stateStopping {
+			return 0
+		}
+		return time.Since(s.Since)
+	}
+	return time.Since(w.started)
 }

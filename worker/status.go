@@ -92,7 +92,7 @@ func (w *worker) positions() []checkpoint.SourcePosition {
 // ready reports whether every task assigned to this worker has restored
 // (and, with the group, whether the group assigned tasks yet).
 func (w *worker) ready() (bool, string) {
-	if w.group != nil && !w.group.joined() {
+	if g := w.membership(); g != nil && !g.joined() {
 		return false, "not yet assigned by the group"
 	}
 	w.mu.Lock()

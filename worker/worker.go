@@ -100,6 +100,9 @@ type worker struct {
 	// kgoMetrics are the kgo client metrics of the group and the sources.
 	kgoMetrics *kpromSet
 
+	// startMu orders task starts with the deletion of local state.
+	startMu sync.Mutex
+
 	mu    sync.Mutex
 	tasks map[int]*taskStatus
 	// fatal is the first error that ends the worker.
@@ -214,6 +217,11 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	if err != nil {
 		return err
 	}
+	if c.StateCleanupDelay > 0 {
+		cleaned := make(chan struct{})
+		go func() { defer close(cleaned); w.cleanStates(runCtx, stateDir, c.StateCleanupDelay) }()
+		defer func() { cancel(); <-cleaned }()
+	}
 	mode := "group " + c.Group()
 	if len(c.Tasks) > 0 {
 		mode = "static tasks"
@@ -283,6 +291,8 @@ func (w *worker) startTask(t int, epoch int64) {
 		s.RestoredFrom, s.Restore, s.FirstRecord = 0, 0, 0
 	})
 	w.metrics.tasksStarted.Inc()
+	w.startMu.Lock()
+	defer w.startMu.Unlock()
 	if err := w.runner.Start(t, epoch); err != nil {
 		w.log.Error("start task", "task", t, "err", err)
 	}
@@ -322,7 +332,7 @@ func (w *worker) taskEnded(t int, err error) {
 	switch {
 	case err == nil, errors.Is(err, context.Canceled):
 		return
-	case errors.Is(err, runtime.ErrSuperseded) && w.group != nil:
+	case errors.Is(err, runtime.ErrSuperseded) && len(w.cfg.Tasks) == 0:
 		w.log.Error("task stopped: a newer owner has it (this worker is a zombie for it until the group tells it)", "task", t, "err", err)
 		w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateSuperseded, time.Now(), err.Error() })
 		return

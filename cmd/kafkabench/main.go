@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -39,6 +40,8 @@ func main() {
 	flag.IntVar(&cfg.LatencyRate, "latency-rate", 20_000, "records per second of the latency runs")
 	flag.DurationVar(&cfg.LatencyDuration, "latency-duration", 20*time.Second, "length of each latency run")
 	flag.BoolVar(&verbose, "v", false, "log weir's info messages too (its warnings and errors are always logged)")
+	scale := flag.String("scale", "", "instead: run the count job with this many worker processes each, e.g. 1,2,3, and print records/s (needs --processor)")
+	processor := flag.String("processor", "", "the processor binary for --scale (go build -o processor ./cmd/processor)")
 	flag.Parse()
 	if brokers == "" || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: kafkabench --brokers host:port [flags]")
@@ -56,6 +59,28 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *scale != "" {
+		var workers []int
+		for _, f := range strings.Split(*scale, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				fmt.Fprintf(os.Stderr, "kafkabench: --scale %q: want worker counts like 1,2,3\n", *scale)
+				os.Exit(2)
+			}
+			workers = append(workers, n)
+		}
+		if *processor == "" {
+			fmt.Fprintln(os.Stderr, "kafkabench: --scale needs --processor PATH")
+			os.Exit(2)
+		}
+		runs, err := kafkabench.Scale(ctx, cfg, *processor, workers)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kafkabench: %v\n", err)
+			os.Exit(1)
+		}
+		kafkabench.WriteScaleTable(os.Stdout, cfg, runs)
+		return
+	}
 	res, err := kafkabench.Run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "kafkabench: %v\n", err)
