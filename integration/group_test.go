@@ -401,6 +401,16 @@ func TestGroupChaos(t *testing.T) {
 		if len(ps) < 4 {
 			actions = append(actions, "start")
 		}
+		// Every kind of disruption at least once, then at random.
+		var undone []string
+		for _, a := range actions {
+			if counts[a] == 0 {
+				undone = append(undone, a)
+			}
+		}
+		if len(undone) > 0 {
+			actions = undone
+		}
 		action := actions[rng.IntN(len(actions))]
 		counts[action]++
 		recs, distinct := out.Progress()
@@ -459,6 +469,11 @@ func TestGroupChaos(t *testing.T) {
 	assertExactlyOnce(t, rep)
 	if len(handoffs) == 0 {
 		t.Error("no hand-off was measured: the chaos moved no task")
+	}
+	for _, a := range []string{"kill-9", "sigterm", "sigstop", "start"} {
+		if counts[a] == 0 {
+			t.Errorf("the chaos phase never did %s (actions %v): make it longer", a, counts)
+		}
 	}
 }
 

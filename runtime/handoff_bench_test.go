@@ -2,9 +2,7 @@ package runtime_test
 
 import (
 	"context"
-	"encoding/binary"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -93,12 +91,6 @@ func (o *handoffObserver) FirstRecord(string, int, time.Duration) { send(o.first
 func BenchmarkHandoff(b *testing.B) {
 	const keys, valSize, rate = 1 << 20, 1 << 10, 10_000
 	st := benchStorage(b)
-	value := func(i int64, val []byte) {
-		r := rand.New(rand.NewPCG(uint64(i), 1))
-		for j := 0; j < len(val); j += 8 {
-			binary.LittleEndian.PutUint64(val[j:], r.Uint64())
-		}
-	}
 	build := func(src runtime.SourceFactory[int64]) *runtime.Plan {
 		job := stream.NewJob("handoff")
 		in := stream.Source(job, "numbers", src)
@@ -108,7 +100,7 @@ func BenchmarkHandoff(b *testing.B) {
 			val := make([]byte, valSize)
 			return stream.Processor[uint64, int64, int64]{
 				Process: func(_ *stream.Context[uint64, int64], i int64) error {
-					value(i, val)
+					randomValue(i, val)
 					return v.Set(val)
 				},
 			}, err

@@ -62,10 +62,7 @@ func benchRestore(b *testing.B, keys int64) {
 					if first != nil {
 						once.Do(func() { close(first) })
 					}
-					r := rand.New(rand.NewPCG(uint64(i), 1))
-					for j := 0; j < valSize; j += 8 {
-						binary.LittleEndian.PutUint64(val[j:], r.Uint64())
-					}
+					randomValue(i, val)
 					return v.Set(val)
 				},
 			}, err
@@ -138,6 +135,14 @@ func benchRestore(b *testing.B, keys int64) {
 	}
 	b.ReportMetric(float64(sum.Milliseconds())/float64(len(took))/1000, "restore-to-first-record-s")
 	b.ReportMetric(float64(size)/(1<<20), "state-MB")
+}
+
+// randomValue fills val with incompressible bytes derived from i.
+func randomValue(i int64, val []byte) {
+	r := rand.New(rand.NewPCG(uint64(i), 1))
+	for j := 0; j+8 <= len(val); j += 8 {
+		binary.LittleEndian.PutUint64(val[j:], r.Uint64())
+	}
 }
 
 // benchStorage is file:// storage in a temporary directory, or with

@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -246,22 +247,9 @@ func (m *membership) describe(ctx context.Context) (groupState, error) {
 		out.Members = append(out.Members, gm)
 	}
 	slices.SortFunc(out.Members, func(a, b groupMember) int {
-		if a.Host != b.Host {
-			return compareStrings(a.Host, b.Host)
-		}
-		return compareStrings(a.ID, b.ID)
+		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.ID, b.ID))
 	})
 	return out, nil
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // advertised is addr with a wildcard host replaced by the host name, so

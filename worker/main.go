@@ -23,19 +23,28 @@ import (
 //
 //	func main() { worker.Main(worker.Pipeline("count", count.Decode, count.Encode, count.Build)) }
 func Main(jobs ...Job) {
+	ctx, drain, stop := Signals()
+	code := Command(ctx, drain, os.Args[1:], os.LookupEnv, os.Stderr, jobs...)
+	stop()
+	os.Exit(code)
+}
+
+// Signals turns SIGTERM and SIGINT into a worker's two ways to stop: the
+// first closes drain (a graceful stop, Options.Drain), a second cancels
+// ctx (stop at once). SIGKILL loses nothing either: checkpoints and Kafka
+// transactions are the only durable state. stop releases ctx.
+func Signals() (ctx context.Context, drain <-chan struct{}, stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
-	drain := make(chan struct{})
+	d := make(chan struct{})
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	go func() { // lives as long as the process
 		<-sigs
-		close(drain)
+		close(d)
 		<-sigs
 		cancel()
 	}()
-	code := Command(ctx, drain, os.Args[1:], os.LookupEnv, os.Stderr, jobs...)
-	cancel()
-	os.Exit(code)
+	return ctx, d, cancel
 }
 
 // Command runs a worker from args and the environment (lookup) and returns

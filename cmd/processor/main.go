@@ -24,8 +24,6 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/weirstream/weir/examples/balance"
@@ -54,20 +52,10 @@ from the environment: --some-flag as WEIR_SOME_FLAG.
 func main() {
 	// The first SIGTERM or SIGINT drains `run` (sources stop, a final
 	// checkpoint commits, exit 0) and stops the other commands; a second one
-	// stops at once. SIGKILL loses nothing by design either: checkpoints and
-	// Kafka transactions are the only durable state.
-	ctx, cancel := context.WithCancel(context.Background())
-	drain := make(chan struct{})
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	go func() { // lives as long as the process
-		<-sigs
-		close(drain)
-		<-sigs
-		cancel()
-	}()
+	// stops at once.
+	ctx, drain, stop := worker.Signals()
 	code := runDrainable(ctx, drain, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
-	cancel()
+	stop()
 	os.Exit(code)
 }
 

@@ -103,24 +103,12 @@ type Result struct {
 
 // Run measures as the package doc says. Progress goes to cfg.Log.
 func Run(ctx context.Context, cfg Config) (*Result, error) {
-	if err := cfg.defaults(); err != nil {
-		return nil, err
-	}
-	if cfg.Dir == "" {
-		dir, err := os.MkdirTemp("", "kafkabench-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
-		cfg.Dir = dir
-	}
-	b := &bench{cfg: cfg, log: cfg.Log, suffix: randomSuffix()}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
+	b, done, err := newBench(cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer cl.Close()
-	b.adm = kadm.NewClient(cl)
+	defer done()
+	cfg = b.cfg
 	res := &Result{Config: cfg}
 
 	in, passOut, weirOut := b.topic("in"), b.topic("pass-out"), b.topic("weir-out")
@@ -147,6 +135,33 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Latency = append(res.Latency, l)
 	}
 	return res, nil
+}
+
+// newBench checks cfg, fills in its defaults (a temporary Dir, removed by
+// done) and connects an admin client (closed by done).
+func newBench(cfg Config) (b *bench, done func(), err error) {
+	if err := cfg.defaults(); err != nil {
+		return nil, nil, err
+	}
+	var dir string
+	if cfg.Dir == "" {
+		if dir, err = os.MkdirTemp("", "kafkabench-"); err != nil {
+			return nil, nil, err
+		}
+		cfg.Dir = dir
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	b = &bench{cfg: cfg, log: cfg.Log, suffix: randomSuffix(), adm: kadm.NewClient(cl)}
+	return b, func() {
+		cl.Close()
+		if dir != "" {
+			os.RemoveAll(dir)
+		}
+	}, nil
 }
 
 type bench struct {

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -18,7 +17,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -48,24 +46,12 @@ func (s ScaleRun) SettledPerSecond() float64 {
 // consumer group, exactly-once with Pebble state and file:// checkpoints,
 // and measures until the job's output is all visible read_committed.
 func Scale(ctx context.Context, cfg Config, bin string, workers []int) ([]ScaleRun, error) {
-	if err := cfg.defaults(); err != nil {
-		return nil, err
-	}
-	if cfg.Dir == "" {
-		dir, err := os.MkdirTemp("", "kafkabench-scale-")
-		if err != nil {
-			return nil, err
-		}
-		defer os.RemoveAll(dir)
-		cfg.Dir = dir
-	}
-	b := &bench{cfg: cfg, log: cfg.Log, suffix: randomSuffix()}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...))
+	b, done, err := newBench(cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer cl.Close()
-	b.adm = kadm.NewClient(cl)
+	defer done()
+	cfg = b.cfg
 	in := b.topic("scale-in")
 	if err := b.create(ctx, in); err != nil {
 		return nil, err
