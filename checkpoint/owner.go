@@ -96,21 +96,23 @@ func DropClaimsBelow(ctx context.Context, st Storage, job string, task int, epoc
 	return nil
 }
 
-// epochsToKeep is how many allocated epochs NextEpoch leaves in storage; it
-// needs only the newest, the others make the history readable.
-const epochsToKeep = 8
+// epochsKept is how long allocated epochs stay in storage. Only the
+// newest matters, but an epoch that NextEpoch deleted could be allocated
+// again by a caller that listed before the deletion and wrote after it; so
+// an epoch is deleted only once it is older than any such caller can be.
+const epochsKept = time.Hour
 
 func epochsDir(job string) string { return job + "/epochs/" }
 
 // NextEpoch allocates a fencing epoch for job: larger than every epoch
-// NextEpoch returned before for the job, in any process, and at least
-// floor. Concurrent callers get different epochs: each allocation is a
-// conditional write of the epoch's own object. Callers pass the time in
-// Unix nanoseconds as floor, so epochs stay comparable with those of
-// workers started with an explicit --epoch.
-func NextEpoch(ctx context.Context, st Storage, job string, floor int64) (int64, error) {
+// NextEpoch returned before for the job (or RecordEpoch recorded), in any
+// process, and at least the current time in Unix nanoseconds, so that
+// epochs also compare with those of workers started before epochs were
+// allocated. Concurrent callers get different epochs: each allocation is a
+// conditional write of the epoch's own object.
+func NextEpoch(ctx context.Context, st Storage, job string) (int64, error) {
 	dir := epochsDir(job)
-	for range 32 {
+	for range 64 {
 		names, err := st.List(ctx, dir)
 		if err != nil {
 			return 0, fmt.Errorf("allocate an epoch for %s: %w", job, err)
@@ -123,11 +125,12 @@ func NextEpoch(ctx context.Context, st Storage, job string, floor int64) (int64,
 			}
 		}
 		slices.Sort(have)
-		next := max(floor, 1)
+		now := time.Now()
+		next := now.UnixNano()
 		if len(have) > 0 {
 			next = max(next, have[len(have)-1]+1)
 		}
-		err = st.PutIfAbsent(ctx, fmt.Sprintf("%s%020d", dir, next), []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n"))
+		err = st.PutIfAbsent(ctx, fmt.Sprintf("%s%020d", dir, next), []byte(now.UTC().Format(time.RFC3339Nano)+"\n"))
 		if errors.Is(err, ErrExists) {
 			continue // another caller took it: list again
 		}
@@ -135,10 +138,24 @@ func NextEpoch(ctx context.Context, st Storage, job string, floor int64) (int64,
 			return 0, fmt.Errorf("allocate an epoch for %s: %w", job, err)
 		}
 		// Best effort: the newest object is what matters, and it stays.
-		for _, e := range have[:max(0, len(have)-epochsToKeep+1)] {
+		cutoff := now.Add(-epochsKept).UnixNano()
+		for _, e := range have {
+			if e >= cutoff || e == have[len(have)-1] {
+				break
+			}
 			_ = st.Delete(ctx, fmt.Sprintf("%s%020d", dir, e))
 		}
 		return next, nil
 	}
 	return 0, fmt.Errorf("allocate an epoch for %s: too many concurrent allocations", job)
+}
+
+// RecordEpoch records an epoch chosen by hand (a worker's --epoch), so
+// that NextEpoch allocates above it from now on.
+func RecordEpoch(ctx context.Context, st Storage, job string, epoch int64) error {
+	err := st.PutIfAbsent(ctx, fmt.Sprintf("%s%020d", epochsDir(job), epoch), []byte(time.Now().UTC().Format(time.RFC3339Nano)+"\n"))
+	if err != nil && !errors.Is(err, ErrExists) {
+		return fmt.Errorf("record epoch %d of %s: %w", epoch, job, err)
+	}
+	return nil
 }

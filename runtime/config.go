@@ -73,6 +73,12 @@ type Config struct {
 	// output was lost (see DESIGN.md, "A checkpoint is valid only if...").
 	// Without it every readable manifest is taken as valid.
 	CheckCommittables func(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error)
+	// AbortCommittables, if set, aborts pending committables that are still
+	// open and returns what became of each (CommitLost once aborted,
+	// CommitDone if their owner committed them first). Restore calls it
+	// before it walks back past a checkpoint, so that an older owner still
+	// alive cannot commit that checkpoint's output after the decision.
+	AbortCommittables func(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error)
 }
 
 // CommitOutcome is what became of a pre-committed transaction.

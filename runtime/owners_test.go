@@ -13,6 +13,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/stream"
 )
 
 // holdStorage holds the write of one object until release is closed, and
@@ -305,4 +306,40 @@ func TestConcurrentOwners(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkExactlyOnce(t, store.visible(), sourceOffset(t, m), keys, 1)
+}
+
+// TestOlderOwnerStopsBeforeItsSinksOpen: an owner whose task was claimed
+// by a newer owner while it restored stops before its sinks open, which
+// would fence the newer owner's transactions.
+func TestOlderOwnerStopsBeforeItsSinksOpen(t *testing.T) {
+	st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
+	claimed := make(chan struct{})
+	src := func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.SourcePosition) (runtime.SourceReader[int64], error) {
+		// The restore of this owner takes long: a newer owner claims the
+		// task meanwhile.
+		if err := checkpoint.Claim(ctx, st, "slow", 0, 9); err != nil {
+			return nil, err
+		}
+		close(claimed)
+		return stream.GeneratorSource(10, func(_ int, i int64) int64 { return i })(ctx, info, restored)
+	}
+	var opened atomic.Bool
+	sink := func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[int64], error) {
+		opened.Store(true)
+		return nil, errors.New("the sink must not open")
+	}
+	job := stream.NewJob("slow")
+	stream.Sink(stream.Source(job, "numbers", src), "out", sink)
+	plan, err := job.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = runtime.Run(t.Context(), plan, runtime.Config{Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Epoch: 5})
+	<-claimed
+	if !errors.Is(err, runtime.ErrSuperseded) {
+		t.Fatalf("want ErrSuperseded, got %v", err)
+	}
+	if opened.Load() {
+		t.Fatal("the older owner opened its sinks after the newer one claimed the task")
+	}
 }

@@ -83,12 +83,8 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 	if err := checkpoint.Claim(ctx, t.storage, t.job, t.id, t.epoch); err != nil {
 		return 0, err
 	}
-	claims, err := checkpoint.Claims(ctx, t.storage, t.job, t.id)
-	if err != nil {
+	if err := t.stillOwner(ctx); err != nil {
 		return 0, err
-	}
-	if n := len(claims); n > 0 && claims[n-1] > t.epoch {
-		return 0, fmt.Errorf("%w: task %d was claimed by the owner with epoch %d, this one's is %d", ErrSuperseded, t.id, claims[n-1], t.epoch)
 	}
 	ids, highest, err := checkpoint.ListCheckpoints(ctx, t.storage, t.job, t.id)
 	if err != nil {
@@ -148,6 +144,9 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 			}
 		}
 		if len(gone) == 0 {
+			if err := t.closeRejected(ctx, cs, rejected); err != nil {
+				return 0, err
+			}
 			if err := checkWalkBack(m, cs, rejected, lost); err != nil {
 				return 0, err
 			}
@@ -166,6 +165,21 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 	return 0, fmt.Errorf("%w for task %d: %s", ErrNoValidCheckpoint, t.id, strings.Join(lost, "; "))
 }
 
+// stillOwner fails with ErrSuperseded if a newer owner claimed the task.
+// The task asks before it restores and again right before its sinks open:
+// opening them fences every other owner's transactions, and a restore may
+// have taken minutes, long enough for the task to move.
+func (t *task) stillOwner(ctx context.Context) error {
+	claims, err := checkpoint.Claims(ctx, t.storage, t.job, t.id)
+	if err != nil {
+		return err
+	}
+	if n := len(claims); n > 0 && claims[n-1] > t.epoch {
+		return fmt.Errorf("%w: task %d was claimed by the owner with epoch %d, this one's is %d", ErrSuperseded, t.id, claims[n-1], t.epoch)
+	}
+	return nil
+}
+
 // zombieManifests marks the manifests (ascending by id) that an older owner
 // wrote after a newer owner's: those whose epoch is below the epoch of a
 // manifest with a lower id. Epochs grow with every change of owner, so the
@@ -181,6 +195,45 @@ func zombieManifests(ms []checkpoint.Manifest) []bool {
 		newest = m.Epoch
 	}
 	return zombie
+}
+
+// closeRejected aborts the transactions of the later checkpoints that
+// restore walks back past and that are still open (not covered by the
+// checkpoint it restores, cs), and records what became of them. An older
+// owner still alive could otherwise commit them after the check said
+// "resumable" (its check of the claims passed before this owner claimed),
+// and walking back would write their output again; aborted, they cannot
+// commit, and one its owner committed first shows as committed, which
+// checkWalkBack refuses loudly.
+func (t *task) closeRejected(ctx context.Context, cs []checkpoint.Committable, rejected map[txnKey]CommitOutcome) error {
+	if t.cfg.AbortCommittables == nil {
+		return nil
+	}
+	covered := map[txnKey]bool{}
+	for _, c := range cs {
+		covered[keyOf(c)] = true
+	}
+	var open []checkpoint.Committable
+	for k, o := range rejected {
+		if o == CommitResumable && !covered[k] {
+			open = append(open, checkpoint.Committable{TransactionalID: k.id, ProducerID: k.pid, Epoch: k.epoch})
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	outcomes, err := t.cfg.AbortCommittables(ctx, open)
+	if err != nil {
+		return fmt.Errorf("abort the open transactions of the checkpoints walked back past: %w", err)
+	}
+	if len(outcomes) != len(open) {
+		return fmt.Errorf("%d outcomes for %d aborted committables", len(outcomes), len(open))
+	}
+	for i, c := range open {
+		rejected[keyOf(c)] = outcomes[i]
+		t.log.Info("aborted a transaction of a checkpoint walked back past", "transactional_id", c.TransactionalID, "outcome", outcomes[i])
+	}
+	return nil
 }
 
 // checkWalkBack refuses to restore m when a newer, rejected checkpoint had

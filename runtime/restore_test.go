@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,6 +30,10 @@ func TestRestoreWalkBack(t *testing.T) {
 		anyErr bool
 		// claim: another owner's claim of the task, if not 0.
 		claim int64
+		// abort, if set, is AbortCommittables's answer per transaction;
+		// wantAborted the transactions it must have been asked to abort.
+		abort       map[string]CommitOutcome
+		wantAborted []string
 	}{
 		{name: "newest valid", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
 			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitResumable}, want: 2},
@@ -56,6 +61,16 @@ func TestRestoreWalkBack(t *testing.T) {
 			want: 2},
 		{name: "claimed by a newer owner", ms: []man{{5, nil}}, claim: 12, wantErr: "claimed by the owner with epoch 12", superseded: true},
 		{name: "older claims do not stop a newer owner", ms: []man{{5, nil}}, claim: 5, want: 1},
+		// Walking back past a checkpoint: its open transactions are aborted
+		// first, those the restored checkpoint carries are left alone.
+		{name: "walk back aborts the open transactions it passes", ms: []man{{1, []string{"a"}}, {1, []string{"a", "b", "c"}}},
+			outcome: map[string]CommitOutcome{"a": CommitResumable, "b": CommitResumable, "c": CommitLost},
+			abort:   map[string]CommitOutcome{"b": CommitLost}, wantAborted: []string{"b"}, want: 1},
+		// Their owner, still alive, committed one before the abort: walking
+		// back would write its output again.
+		{name: "walk back refused when its owner committed meanwhile", ms: []man{{1, []string{"a"}}, {1, []string{"b", "c"}}},
+			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitResumable, "c": CommitLost},
+			abort:   map[string]CommitOutcome{"b": CommitDone}, wantAborted: []string{"b"}, wantErr: "transaction b again: it was committed"},
 		{name: "newer owner", ms: []man{{5, nil}, {11, nil}}, wantErr: "epoch 11", superseded: true},
 		{name: "unreadable newest fails the restore", ms: []man{{1, nil}, {1, nil}}, corrupt: 2, wantErr: "checkpoint 2", anyErr: true},
 		{name: "no checkpoint", want: 0},
@@ -107,7 +122,24 @@ func TestRestoreWalkBack(t *testing.T) {
 			if err := cfg.Validate("j"); err == nil {
 				t.Fatal("config without tasks and storage validated")
 			}
+			var aborted []string
+			if tc.abort != nil {
+				cfg.AbortCommittables = func(_ context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
+					out := make([]CommitOutcome, len(cs))
+					for i, c := range cs {
+						aborted = append(aborted, c.TransactionalID)
+						out[i] = tc.abort[c.TransactionalID]
+					}
+					return out, nil
+				}
+			}
 			tk := &task{job: "j", storage: st, cfg: cfg, epoch: cfg.Epoch, log: cfg.Logger, unusable: map[checkpoint.ID]error{}}
+			defer func() {
+				slices.Sort(aborted)
+				if !slices.Equal(aborted, tc.wantAborted) {
+					t.Errorf("aborted %v, want %v", aborted, tc.wantAborted)
+				}
+			}()
 			for _, id := range tc.unusable {
 				tk.unusable[id] = errors.New("file x is corrupt")
 			}

@@ -320,6 +320,11 @@ func (t *task) run(ctx context.Context) (err error) {
 			return err
 		}
 	}
+	// The sinks fence every other owner when they open: not if a newer
+	// one claimed the task while this one restored.
+	if err := t.stillOwner(ctx); err != nil {
+		return err
+	}
 	for _, open := range t.openers {
 		if err := open(); err != nil {
 			return err

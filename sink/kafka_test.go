@@ -484,3 +484,34 @@ func TestAtLeastOnceAndNone(t *testing.T) {
 		})
 	}
 }
+
+// TestAbort: aborting an open committable makes it lost for good (its
+// records never show, a later resume cannot commit it), and aborting one
+// its owner committed first reports it committed.
+func TestAbort(t *testing.T) {
+	e := newEnv(t)
+	w := e.mustOpen(e.config(), nil)
+	write(t, w, "a")
+	done := preCommit(t, w, 1)
+	commit(t, w, 1)
+	write(t, w, "b")
+	open := preCommit(t, w, 2)
+	open = slices.DeleteFunc(open, func(c checkpoint.Committable) bool { return c.TransactionalID == done[0].TransactionalID })
+	if len(open) != 1 {
+		t.Fatalf("checkpoint 2 committables %+v, want one open transaction", open)
+	}
+	sts, err := Abort(ctx(t), e.plain, append(slices.Clone(done), open...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("abort: committed one %+v; open one %+v", sts[0], sts[1])
+	if sts[0].Outcome != Committed || sts[1].Outcome != Lost {
+		t.Fatalf("outcomes %v, %v; want committed (done before), lost (aborted)", sts[0].Outcome, sts[1].Outcome)
+	}
+	crash(w)
+	// The owner resuming it now (a restore from checkpoint 2) finds it lost.
+	if _, err := e.open(e.config(), open); err == nil {
+		t.Fatal("a resume of the aborted transaction succeeded")
+	}
+	e.wantCommitted("a")
+}

@@ -133,6 +133,29 @@ func Check(ctx context.Context, cl *kgo.Client, committables []checkpoint.Commit
 	return out, nil
 }
 
+// Abort aborts each committable that is still open, with EndTxn at its
+// saved producer id and epoch, and returns what became of each: Lost once
+// aborted, Committed if its owner committed it first. Restore calls it for
+// the transactions of a checkpoint it walks back past: from then on they
+// can no longer commit, whoever still holds them, so the coordinator's
+// record is final (DESIGN.md, "Decide what became of a committable from
+// the transaction coordinator's own record").
+func Abort(ctx context.Context, cl *kgo.Client, committables []checkpoint.Committable) ([]Status, error) {
+	tv, err := transactionVersion(ctx, cl)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Status, 0, len(committables))
+	for _, c := range committables {
+		st, err := endOne(ctx, cl, tv, c, false)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, st)
+	}
+	return out, nil
+}
+
 // Validate reports, joined, a *LostError for every committable that can no
 // longer commit, and nil when all are committed or committable: whether a
 // checkpoint holding these committables may be restored. It commits
@@ -320,7 +343,17 @@ func commitRestored(ctx context.Context, cl *kgo.Client, committables []checkpoi
 }
 
 func commitOne(ctx context.Context, cl *kgo.Client, tv int16, c checkpoint.Committable) (Status, error) {
-	// Each round asks the record first; a commit that the broker refused
+	return endOne(ctx, cl, tv, c, true)
+}
+
+// endOne ends c (commit or abort) if it is still open and returns the
+// coordinator's record of it once it is not.
+func endOne(ctx context.Context, cl *kgo.Client, tv int16, c checkpoint.Committable, commit bool) (Status, error) {
+	verb := "resume"
+	if !commit {
+		verb = "abort"
+	}
+	// Each round asks the record first; an end that the broker refused
 	// (or whose answer was lost) is judged by the next round's record, not
 	// by the refusal.
 	const rounds = 10
@@ -336,14 +369,14 @@ func commitOne(ctx context.Context, cl *kgo.Client, tv int16, c checkpoint.Commi
 			}
 			return st, nil
 		}
-		refused, err := endTxn(ctx, cl, c, true)
+		refused, err := endTxn(ctx, cl, c, commit)
 		if err != nil {
-			return st, fmt.Errorf("resume transaction %s: %w", c.TransactionalID, err)
+			return st, fmt.Errorf("%s transaction %s: %w", verb, c.TransactionalID, err)
 		}
 		refusal = refused
 	}
-	return Status{}, fmt.Errorf("resume transaction %s (producer id %d, epoch %d): still open after %d commit attempts, last refusal: %v",
-		c.TransactionalID, c.ProducerID, c.Epoch, rounds, refusal)
+	return Status{}, fmt.Errorf("%s transaction %s (producer id %d, epoch %d): still open after %d attempts, last refusal: %v",
+		verb, c.TransactionalID, c.ProducerID, c.Epoch, rounds, refusal)
 }
 
 // transactionVersion is the cluster's finalized transaction.version feature

@@ -137,6 +137,8 @@ func planTasks(owned [][]int, n int) [][]int {
 type balancer struct {
 	topics []string // input topics; franz-go tracks topics[0]
 	meta   func() memberMeta
+	// givenUp, if set, tells the tasks to leave out of the join metadata.
+	givenUp func(task int) bool
 	// newEpoch allocates a fencing epoch (checkpoint.NextEpoch): larger
 	// than every epoch before, across generations and a deleted group.
 	newEpoch func(context.Context) (int64, error)
@@ -154,7 +156,9 @@ func (b *balancer) JoinGroupMetadata(_ []string, current map[string][]int32, _ i
 	m := b.meta()
 	m.Version, m.Topics, m.Tasks = 1, b.topics, []int{}
 	for _, p := range current[b.topics[0]] {
-		m.Tasks = append(m.Tasks, int(p))
+		if b.givenUp == nil || !b.givenUp(int(p)) {
+			m.Tasks = append(m.Tasks, int(p))
+		}
 	}
 	slices.Sort(m.Tasks)
 	out, _ := json.Marshal(m) // plain data: cannot fail
@@ -235,11 +239,21 @@ func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncA
 			return nil, fmt.Errorf("input topics have different partition counts (%v): tasks need partition p of every input", topics)
 		}
 	}
+	// A failed balance makes franz-go drop every task of the leader: retry
+	// storage errors for a while first.
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	epoch, err := mb.b.newEpoch(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("allocate the fencing epoch of this generation: %w", err)
+	var epoch int64
+	var err error
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
+		if epoch, err = mb.b.newEpoch(ctx); err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("allocate the fencing epoch of this generation: %w", err)
+		case <-time.After(backoff):
+		}
 	}
 	plan := planTasks(mb.owned, int(n))
 	out := make(syncAssignment, len(mb.ids))

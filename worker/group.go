@@ -35,6 +35,10 @@ type membership struct {
 
 	mu   sync.Mutex
 	mine []int // tasks the group assigns this worker
+	// givenUp are assigned tasks that stopped because a newer owner claimed
+	// them: left out of the join metadata so that the group assigns them
+	// again, and started again if it assigns them here.
+	givenUp map[int]bool
 }
 
 // runGroup joins the job's group and runs the tasks it assigns until ctx
@@ -42,15 +46,16 @@ type membership struct {
 // worker leaves the group.
 func (w *worker) runGroup(ctx context.Context) error {
 	c := &w.cfg
-	m := &membership{w: w}
+	m := &membership{w: w, givenUp: map[int]bool{}}
 	host, _ := os.Hostname()
 	m.bal = &balancer{
-		topics: []string{c.Input},
+		topics:  []string{c.Input},
+		givenUp: m.isGivenUp,
 		meta: func() memberMeta {
 			return memberMeta{Host: host, HTTP: advertised(w.metrics.httpAddr, host)}
 		},
 		newEpoch: func(ctx context.Context) (int64, error) {
-			return checkpoint.NextEpoch(ctx, w.storage, c.name(), time.Now().UnixNano())
+			return checkpoint.NextEpoch(ctx, w.storage, c.name())
 		},
 	}
 	opts := []kgo.Opt{
@@ -89,7 +94,7 @@ func (w *worker) runGroup(ctx context.Context) error {
 	case <-w.opts.Drain:
 		m.draining.Store(true)
 		w.log.Info("draining: final checkpoint of every task, then leave the group")
-		w.drainAll(0)
+		w.drainAll(c.HandoffTimeout)
 	}
 	// Leaving revokes what the group still assigns us; the tasks stopped
 	// already, so that is quick.
@@ -162,6 +167,23 @@ func (m *membership) assigned(_ context.Context, cl *kgo.Client, added map[strin
 		m.w.log.Info("task assigned", "task", t, "epoch", epoch, "generation", gen)
 		m.w.startTask(t, epoch)
 	}
+}
+
+// giveUp hands task t back to the group: it stopped here because a newer
+// owner claimed it (this worker was a zombie for it, or the epochs were
+// set by hand), and the group still assigns it here. The next rebalance
+// leaves it out of this worker's tasks and assigns it with a new epoch.
+func (m *membership) giveUp(t int) {
+	m.mu.Lock()
+	m.givenUp[t] = true
+	m.mu.Unlock()
+	m.cl.ForceRebalance()
+}
+
+func (m *membership) isGivenUp(t int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.givenUp[t]
 }
 
 // revoked stops, each with a final checkpoint within the hand-off bound,

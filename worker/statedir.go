@@ -79,20 +79,35 @@ func (w *worker) cleanPass(dir string, delay time.Duration) {
 		return
 	}
 	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "deleting-") {
+			_ = os.RemoveAll(filepath.Join(dir, e.Name())) // an earlier pass was cut short
+			continue
+		}
 		digits, ok := strings.CutPrefix(e.Name(), "task-")
 		t, err := strconv.Atoi(digits)
 		if !ok || err != nil || !e.IsDir() {
 			continue
 		}
+		// Moved aside under startMu (a start waits for a rename, not for
+		// gigabytes to be deleted), deleted after.
+		path, doomed := filepath.Join(dir, e.Name()), ""
 		w.startMu.Lock()
 		if _, running := w.runner.Epoch(t); !running && w.leftAgo(t) > delay {
-			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			doomed = filepath.Join(dir, "deleting-"+e.Name())
+			if err := os.Rename(path, doomed); err != nil {
 				w.log.Warn("delete the local state of a task that left", "task", t, "err", err)
-			} else {
-				w.log.Info("deleted the local state of a task that left this worker", "task", t, "after", delay)
+				doomed = ""
 			}
 		}
 		w.startMu.Unlock()
+		if doomed == "" {
+			continue
+		}
+		if err := os.RemoveAll(doomed); err != nil {
+			w.log.Warn("delete the local state of a task that left", "task", t, "err", err)
+		} else {
+			w.log.Info("deleted the local state of a task that left this worker", "task", t, "after", delay)
+		}
 	}
 }
 

@@ -211,7 +211,8 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	if c.delivery() != sink.ExactlyOnce {
 		rc.Mode = runtime.AtLeastOnce
 	} else {
-		rc.CheckCommittables = checkCommittables(c.Brokers)
+		rc.CheckCommittables = committables(c.Brokers, sink.Check)
+		rc.AbortCommittables = committables(c.Brokers, sink.Abort)
 	}
 	w.runner, err = runtime.NewRunner(runCtx, w.plan, rc, w.taskEnded)
 	if err != nil {
@@ -254,9 +255,11 @@ func (w *worker) runStatic(ctx context.Context) error {
 	epoch := c.Epoch
 	if epoch == 0 {
 		var err error
-		if epoch, err = checkpoint.NextEpoch(ctx, w.storage, c.name(), time.Now().UnixNano()); err != nil {
+		if epoch, err = checkpoint.NextEpoch(ctx, w.storage, c.name()); err != nil {
 			return err
 		}
+	} else if err := checkpoint.RecordEpoch(ctx, w.storage, c.name(), epoch); err != nil {
+		return err // allocations must go above it
 	}
 	w.log.Info("static tasks", "tasks", c.Tasks, "epoch", epoch)
 	for _, t := range c.Tasks {
@@ -268,13 +271,14 @@ func (w *worker) runStatic(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 	case <-w.opts.Drain:
-		w.drainAll(0)
+		w.drainAll(c.HandoffTimeout)
 		<-done
 	}
 	return nil
 }
 
-// drainAll stops every task gracefully within bound (0: none), in parallel.
+// drainAll stops every task gracefully within bound, in parallel: a task
+// whose final checkpoint does not complete in time stops where it is.
 func (w *worker) drainAll(bound time.Duration) {
 	var wg sync.WaitGroup
 	for _, t := range w.runner.Running() {
@@ -329,12 +333,18 @@ func (w *worker) abortTask(t int) {
 // good ends the worker; one that found a newer owner is a zombie here and
 // only stops (with static tasks it ends the worker, as before the group).
 func (w *worker) taskEnded(t int, err error) {
+	if _, again := w.runner.Epoch(t); again {
+		return // started again meanwhile: this run's end is old news
+	}
 	switch {
 	case err == nil, errors.Is(err, context.Canceled):
 		return
 	case errors.Is(err, runtime.ErrSuperseded) && len(w.cfg.Tasks) == 0:
-		w.log.Error("task stopped: a newer owner has it (this worker is a zombie for it until the group tells it)", "task", t, "err", err)
+		w.log.Error("task stopped: a newer owner has it; giving it back to the group", "task", t, "err", err)
 		w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateSuperseded, time.Now(), err.Error() })
+		if g := w.membership(); g != nil {
+			g.giveUp(t)
+		}
 		return
 	}
 	w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateFailed, time.Now(), err.Error() })
@@ -372,10 +382,11 @@ func stateBackend(c *Config, log *slog.Logger) state.Factory {
 	})
 }
 
-// checkCommittables adapts sink.Check, the transaction coordinator's record
-// of each pre-committed transaction, to the runtime's restore check. A
-// client per call: restores are rare.
-func checkCommittables(brokers []string) func(context.Context, []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
+// committables adapts a sink function that asks (sink.Check) or acts on
+// (sink.Abort) the transaction coordinator's record of pre-committed
+// transactions to the runtime's restore hooks. A client per call: restores
+// are rare.
+func committables(brokers []string, f func(context.Context, *kgo.Client, []checkpoint.Committable) ([]sink.Status, error)) func(context.Context, []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
 	return func(ctx context.Context, cs []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
 		if len(cs) == 0 {
 			return nil, nil
@@ -385,7 +396,7 @@ func checkCommittables(brokers []string) func(context.Context, []checkpoint.Comm
 			return nil, fmt.Errorf("kafka client: %w", err)
 		}
 		defer cl.Close()
-		sts, err := sink.Check(ctx, cl, cs)
+		sts, err := f(ctx, cl, cs)
 		if err != nil {
 			return nil, err
 		}

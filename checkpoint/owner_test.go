@@ -1,0 +1,128 @@
+package checkpoint
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestNextEpochIsMonotonicAndUnique: concurrent allocators never get the
+// same epoch, an allocation after another is larger, epochs are at least
+// the time, an epoch recorded by hand is allocated above, and old epochs
+// are deleted but for the newest.
+func TestNextEpochIsMonotonicAndUnique(t *testing.T) {
+	ctx := context.Background()
+	for name, st := range map[string]Storage{"memory": NewMemory(MemoryOptions{}), "file": mustFile(t)} {
+		t.Run(name, func(t *testing.T) {
+			start := time.Now().UnixNano()
+			var mu sync.Mutex
+			var all []int64
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					var last int64
+					for range 10 {
+						e, err := NextEpoch(ctx, st, "job")
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if e <= last {
+							t.Errorf("allocated %d after %d", e, last)
+						}
+						last = e
+						mu.Lock()
+						all = append(all, e)
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			slices.Sort(all)
+			if len(slices.Compact(slices.Clone(all))) != len(all) {
+				t.Fatalf("an epoch was allocated twice: %v", all)
+			}
+			if all[0] < start {
+				t.Fatalf("epoch %d below the time %d", all[0], start)
+			}
+			if e, err := NextEpoch(ctx, st, "job"); err != nil || e <= all[len(all)-1] {
+				t.Fatalf("after %d allocations up to %d, the next is %d (%v)", len(all), all[len(all)-1], e, err)
+			}
+			future := time.Now().Add(time.Hour).UnixNano()
+			if err := RecordEpoch(ctx, st, "job", future); err != nil {
+				t.Fatal(err)
+			}
+			if e, err := NextEpoch(ctx, st, "job"); err != nil || e <= future {
+				t.Fatalf("after recording %d, allocated %d (%v)", future, e, err)
+			}
+			// Epochs older than epochsKept go, but never the newest.
+			old := time.Now().Add(-2 * epochsKept).UnixNano()
+			for _, e := range []int64{old, old + 1} {
+				if err := RecordEpoch(ctx, st, "job", e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := NextEpoch(ctx, st, "job"); err != nil {
+				t.Fatal(err)
+			}
+			names, _ := st.List(ctx, epochsDir("job"))
+			for _, n := range names {
+				if strings.HasSuffix(n, fmt.Sprintf("%020d", old)) {
+					t.Errorf("epoch %d, older than %v, was kept", old, epochsKept)
+				}
+			}
+			if len(names) < 2 {
+				t.Errorf("epochs left: %v", names)
+			}
+		})
+	}
+}
+
+func mustFile(t *testing.T) *File {
+	f, err := NewFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func TestClaims(t *testing.T) {
+	ctx := context.Background()
+	st := NewMemory(MemoryOptions{})
+	for _, e := range []int64{7, 3, 12} {
+		if err := Claim(ctx, st, "job", 2, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := Claim(ctx, st, "job", 2, 7); err != nil {
+		t.Fatalf("a claim made again (the same owner restarting): %v", err)
+	}
+	if err := Claim(ctx, st, "job", 3, 99); err != nil {
+		t.Fatal(err)
+	}
+	got, err := Claims(ctx, st, "job", 2)
+	if err != nil || !slices.Equal(got, []int64{3, 7, 12}) {
+		t.Fatalf("claims of task 2: %v (%v), want [3 7 12]", got, err)
+	}
+	if err := DropClaimsBelow(ctx, st, "job", 2, 12); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := Claims(ctx, st, "job", 2); !slices.Equal(got, []int64{12}) {
+		t.Fatalf("after dropping below 12: %v", got)
+	}
+	if got, _ := Claims(ctx, st, "job", 3); !slices.Equal(got, []int64{99}) {
+		t.Fatalf("another task's claims changed: %v", got)
+	}
+	if err := Claim(ctx, st, "job", 2, -1); err == nil {
+		t.Fatal("a negative epoch was claimed")
+	}
+	// Claims are not checkpoints: listing checkpoints ignores them.
+	ids, highest, err := ListCheckpoints(ctx, st, "job", 2)
+	if err != nil || len(ids) != 0 || highest != 0 {
+		t.Fatalf("checkpoints of a task with only claims: %v, highest %d (%v)", ids, highest, err)
+	}
+}
