@@ -92,25 +92,7 @@ func BenchmarkHandoff(b *testing.B) {
 	const keys, valSize, rate = 1 << 20, 1 << 10, 10_000
 	st := benchStorage(b)
 	build := func(src runtime.SourceFactory[int64]) *runtime.Plan {
-		job := stream.NewJob("handoff")
-		in := stream.Source(job, "numbers", src)
-		keyed := stream.KeyBy(in, "by-key", func(i int64) uint64 { return uint64(i % keys) }, state.Uint64())
-		out := stream.Process(keyed, "store", func(s *stream.Setup) (stream.Processor[uint64, int64, int64], error) {
-			v, err := stream.ValueState(s, "v", state.Bytes())
-			val := make([]byte, valSize)
-			return stream.Processor[uint64, int64, int64]{
-				Process: func(_ *stream.Context[uint64, int64], i int64) error {
-					randomValue(i, val)
-					return v.Set(val)
-				},
-			}, err
-		})
-		stream.Sink(out, "out", stream.DiscardSink[int64]())
-		plan, err := job.Build()
-		if err != nil {
-			b.Fatal(err)
-		}
-		return plan
+		return valueStoreJob(b, "handoff", src, keys, valSize, nil)
 	}
 	// Load the state: every key once, then a final checkpoint.
 	start := time.Now()

@@ -51,28 +51,11 @@ func benchRestore(b *testing.B, keys int64) {
 	// keyed operator starts processing.
 	build := func(n int64, first chan struct{}) *runtime.Plan {
 		var once sync.Once
-		job := stream.NewJob("restore")
-		src := stream.Source(job, "numbers", stream.GeneratorSource(n, func(_ int, i int64) int64 { return i }))
-		keyed := stream.KeyBy(src, "by-key", func(i int64) uint64 { return uint64(i % keys) }, state.Uint64())
-		out := stream.Process(keyed, "store", func(s *stream.Setup) (stream.Processor[uint64, int64, int64], error) {
-			v, err := stream.ValueState(s, "v", state.Bytes())
-			val := make([]byte, valSize)
-			return stream.Processor[uint64, int64, int64]{
-				Process: func(ctx *stream.Context[uint64, int64], i int64) error {
-					if first != nil {
-						once.Do(func() { close(first) })
-					}
-					randomValue(i, val)
-					return v.Set(val)
-				},
-			}, err
-		})
-		stream.Sink(out, "out", stream.DiscardSink[int64]())
-		plan, err := job.Build()
-		if err != nil {
-			b.Fatal(err)
+		onRecord := func() {}
+		if first != nil {
+			onRecord = func() { once.Do(func() { close(first) }) }
 		}
-		return plan
+		return valueStoreJob(b, "restore", stream.GeneratorSource(n, func(_ int, i int64) int64 { return i }), keys, valSize, onRecord)
 	}
 	cfg := func() runtime.Config {
 		return runtime.Config{
@@ -135,6 +118,34 @@ func benchRestore(b *testing.B, keys int64) {
 	}
 	b.ReportMetric(float64(sum.Milliseconds())/float64(len(took))/1000, "restore-to-first-record-s")
 	b.ReportMetric(float64(size)/(1<<20), "state-MB")
+}
+
+// valueStoreJob is the job of the state benchmarks: record i sets key
+// i%keys to valSize incompressible bytes derived from i. onRecord, if not
+// nil, runs before each record.
+func valueStoreJob(b *testing.B, name string, src runtime.SourceFactory[int64], keys int64, valSize int, onRecord func()) *runtime.Plan {
+	job := stream.NewJob(name)
+	in := stream.Source(job, "numbers", src)
+	keyed := stream.KeyBy(in, "by-key", func(i int64) uint64 { return uint64(i % keys) }, state.Uint64())
+	out := stream.Process(keyed, "store", func(s *stream.Setup) (stream.Processor[uint64, int64, int64], error) {
+		v, err := stream.ValueState(s, "v", state.Bytes())
+		val := make([]byte, valSize)
+		return stream.Processor[uint64, int64, int64]{
+			Process: func(_ *stream.Context[uint64, int64], i int64) error {
+				if onRecord != nil {
+					onRecord()
+				}
+				randomValue(i, val)
+				return v.Set(val)
+			},
+		}, err
+	})
+	stream.Sink(out, "out", stream.DiscardSink[int64]())
+	plan, err := job.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return plan
 }
 
 // randomValue fills val with incompressible bytes derived from i.
