@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"github.com/weirstream/weir/internal/cli"
 )
@@ -50,12 +52,49 @@ func Signals() (ctx context.Context, drain <-chan struct{}, stop func()) {
 // Command runs a worker from args and the environment (lookup) and returns
 // the process exit code (see Main); logs and errors go to stderr. Closing
 // drain drains the worker.
+//
+// args may start with "run", so that a job's own binary takes the command
+// lines of cmd/processor's run (and a container image's default command
+// `run` fits both). "probe URL" instead GETs URL and exits 0 if it answers
+// 200: a container healthcheck for images without curl.
 func Command(ctx context.Context, drain <-chan struct{}, args []string, lookup func(string) (string, bool), stderr io.Writer, jobs ...Job) int {
+	if len(args) > 0 && args[0] == "probe" {
+		return ExitCode(Probe(ctx, args[1:], stderr), stderr)
+	}
+	if len(args) > 0 && args[0] == "run" {
+		args = args[1:]
+	}
 	cfg, err := Parse(args, lookup, stderr)
 	if err == nil {
 		err = Run(ctx, cfg, jobs, Options{Logger: newLogger(stderr, cfg.LogLevel), Drain: drain})
 	}
 	return ExitCode(err, stderr)
+}
+
+// Probe GETs the one URL in args and returns nil if it answers 200; it
+// writes the status and the start of the body to w. It is the `probe`
+// command of worker mains and of cmd/processor.
+func Probe(ctx context.Context, args []string, w io.Writer) error {
+	if len(args) != 1 {
+		return cli.UsageError{Err: errors.New("probe: want one URL, as in probe http://127.0.0.1:9464/readyz")}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, args[0], nil)
+	if err != nil {
+		return cli.UsageError{Err: fmt.Errorf("probe: %w", err)}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("probe: %w", err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	fmt.Fprintf(w, "%s %s", resp.Status, body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("probe %s: %s", args[0], resp.Status)
+	}
+	return nil
 }
 
 // ExitCode is the exit code of a command that returned err, which it

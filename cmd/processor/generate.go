@@ -75,6 +75,25 @@ func (c *generateConfig) Validate() error {
 }
 
 func generateCommand(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
+	c, err := parseGenerate(args, lookup, stderr)
+	if err != nil {
+		return err
+	}
+	n, err := generate(ctx, c, nil)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		fmt.Fprintf(stdout, "topic %s ready, no records written\n", c.Topic)
+		return nil
+	}
+	fmt.Fprintf(stdout, "wrote %d %s records to %s: numbers %d..%d, %d keys\n", n, c.Job, c.Topic, c.From, c.From+n-1, c.Keys)
+	return nil
+}
+
+// parseGenerate reads generate's settings from args and the environment and
+// validates them.
+func parseGenerate(args []string, lookup func(string) (string, bool), stderr io.Writer) (generateConfig, error) {
 	c := defaultGenerateConfig()
 	fs := cli.NewFlagSet("processor generate", "Write numbered test records to --topic: count records (key k<i%keys>, value <i>)\nor balance transfers (key acc-<i%keys>, value {\"id\":\"t-<i>\",\"account\":...,\"amount\":...}).", stderr)
 	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
@@ -88,21 +107,12 @@ func generateCommand(ctx context.Context, args []string, lookup func(string) (st
 	fs.IntVar(&c.Rate, "rate", c.Rate, "records per second at most (0: no limit)")
 	fs.IntVar(&c.Batch, "batch", c.Batch, "records per produce batch")
 	if err := cli.Parse(fs, args, lookup); err != nil {
-		return err
+		return c, err
 	}
 	if err := c.Validate(); err != nil {
-		return cli.UsageError{Err: err}
+		return c, cli.UsageError{Err: err}
 	}
-	n, err := generate(ctx, c, nil)
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		fmt.Fprintf(stdout, "topic %s ready, no records written\n", c.Topic)
-		return nil
-	}
-	fmt.Fprintf(stdout, "wrote %d %s records to %s: numbers %d..%d, %d keys\n", n, c.Job, c.Topic, c.From, c.From+n-1, c.Keys)
-	return nil
+	return c, nil
 }
 
 // generate writes the records and returns how many it wrote. progress, if

@@ -18,17 +18,13 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
-	"time"
 
 	"github.com/weirstream/weir/examples/balance"
 	"github.com/weirstream/weir/examples/count"
-	"github.com/weirstream/weir/internal/cli"
 	"github.com/weirstream/weir/worker"
 )
 
@@ -96,7 +92,7 @@ func runDrainable(ctx context.Context, drain <-chan struct{}, args []string, loo
 	case "demo":
 		err = demoCommand(ctx, rest, lookup, stdout, stderr)
 	case "probe":
-		err = probeCommand(ctx, rest, stdout)
+		err = worker.Probe(ctx, rest, stdout)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -129,29 +125,4 @@ func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	_ = l.UnmarshalText([]byte(level))
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
-}
-
-// probeCommand GETs one URL and succeeds if it answers 200: the worker
-// image has no curl, and a healthcheck needs something to run.
-func probeCommand(ctx context.Context, args []string, stdout io.Writer) error {
-	if len(args) != 1 {
-		return cli.UsageError{Err: errors.New("probe: want one URL, as in probe http://127.0.0.1:9464/readyz")}
-	}
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, args[0], nil)
-	if err != nil {
-		return cli.UsageError{Err: fmt.Errorf("probe: %w", err)}
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("probe: %w", err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-	fmt.Fprintf(stdout, "%s %s", resp.Status, body)
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("probe %s: %s", args[0], resp.Status)
-	}
-	return nil
 }

@@ -88,19 +88,9 @@ func (v Verdict) String() string {
 }
 
 func verifyCommand(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
-	c := verifyConfig{Brokers: []string{"127.0.0.1:9092"}, Job: "count", Timeout: 2 * time.Minute}
-	fs := cli.NewFlagSet("processor verify", "Read --input and --output read_committed up to their last stable offsets and check that\nthe output has the effect of every input record exactly once. Exits 1 if not.", stderr)
-	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
-	fs.StringVar(&c.Job, "job", c.Job, "the job that wrote the output: count or balance")
-	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
-	fs.StringVar(&c.Output, "output", c.Output, "output topic (required)")
-	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "give up reading after this")
-	fs.DurationVar(&c.Wait, "wait", c.Wait, "re-read every second until the verdict is clean, for at most this long (0: read once)")
-	if err := cli.Parse(fs, args, lookup); err != nil {
+	c, err := parseVerify(args, lookup, stderr)
+	if err != nil {
 		return err
-	}
-	if err := c.Validate(); err != nil {
-		return cli.UsageError{Err: err}
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout+c.Wait)
 	defer cancel()
@@ -129,6 +119,26 @@ func verifyCommand(ctx context.Context, args []string, lookup func(string) (stri
 		return errors.New("not exactly once")
 	}
 	return nil
+}
+
+// parseVerify reads verify's settings from args and the environment and
+// validates them.
+func parseVerify(args []string, lookup func(string) (string, bool), stderr io.Writer) (verifyConfig, error) {
+	c := verifyConfig{Brokers: []string{"127.0.0.1:9092"}, Job: "count", Timeout: 2 * time.Minute}
+	fs := cli.NewFlagSet("processor verify", "Read --input and --output read_committed up to their last stable offsets and check that\nthe output has the effect of every input record exactly once. Exits 1 if not.", stderr)
+	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
+	fs.StringVar(&c.Job, "job", c.Job, "the job that wrote the output: count or balance")
+	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
+	fs.StringVar(&c.Output, "output", c.Output, "output topic (required)")
+	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "give up reading after this")
+	fs.DurationVar(&c.Wait, "wait", c.Wait, "re-read every second until the verdict is clean, for at most this long (0: read once)")
+	if err := cli.Parse(fs, args, lookup); err != nil {
+		return c, err
+	}
+	if err := c.Validate(); err != nil {
+		return c, cli.UsageError{Err: err}
+	}
+	return c, nil
 }
 
 // verify reads input and output and checks the output of job.
