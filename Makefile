@@ -10,3 +10,10 @@ test:
 
 integration:
 	go test -race -count=1 $(TESTFLAGS) ./integration/... ./source/... ./sink/...
+
+# make compose-smoke  docker-compose.yml's services as processes, without
+#                     Docker, against a real broker (scripts/kafka, or
+#                     KAFKA_BROKERS of a fresh one); prints the verdict
+.PHONY: compose-smoke
+compose-smoke:
+	scripts/compose-smoke

@@ -29,6 +29,10 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	// Re-executed as the compose smoke test's stand-in for MinIO's mc.
+	if dir := os.Getenv(mcStandInEnv); dir != "" {
+		os.Exit(mcStandIn(dir, os.Args[1:], os.Stdout, os.Stderr))
+	}
 	code := m.Run()
 	if buildDir != "" {
 		os.RemoveAll(buildDir)
@@ -141,6 +145,12 @@ type hook struct {
 
 // start runs `processor args...` as a process called name (for logs).
 func (ps *procs) start(name string, args ...string) *proc {
+	ps.t.Helper()
+	return ps.startCmd(name, append(os.Environ(), ps.env...), ps.bin, args...)
+}
+
+// startCmd runs bin with args and exactly the environment env.
+func (ps *procs) startCmd(name string, env []string, bin string, args ...string) *proc {
 	t := ps.t
 	t.Helper()
 	ps.n++
@@ -153,11 +163,11 @@ func (ps *procs) start(name string, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(ps.bin, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = pw, pw
-	cmd.Env = append(os.Environ(), ps.env...)
+	cmd.Env = env
 	p := &proc{t: t, name: name, cmd: cmd, logPath: logPath, changed: make(chan struct{}), exited: make(chan struct{})}
-	fmt.Fprintf(logFile, "# %s %s\n", ps.bin, strings.Join(args, " "))
+	fmt.Fprintf(logFile, "# %s %s\n", bin, strings.Join(args, " "))
 	p.started = time.Now()
 	if err := cmd.Start(); err != nil {
 		pw.Close()
@@ -166,7 +176,7 @@ func (ps *procs) start(name string, args ...string) *proc {
 		t.Fatalf("start %s: %v", name, err)
 	}
 	pw.Close() // the child holds the write end; EOF once it (and any child of it) exits
-	t.Logf("started %s: pid %d: processor %s", name, cmd.Process.Pid, strings.Join(args, " "))
+	t.Logf("started %s: pid %d: %s %s", name, cmd.Process.Pid, filepath.Base(bin), strings.Join(args, " "))
 
 	read := make(chan struct{})
 	go func() {

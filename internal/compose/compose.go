@@ -37,7 +37,8 @@ type Service struct {
 	Deploy      *struct {
 		Replicas *int `yaml:"replicas"`
 	} `yaml:"deploy"`
-	Restart string `yaml:"restart"`
+	Restart         string `yaml:"restart"`
+	StopGracePeriod string `yaml:"stop_grace_period"`
 }
 
 // Build is a service's build section.
