@@ -343,8 +343,13 @@ type chaosEvent struct {
 // disruption (revoke, kill, pause) to the first record at the new owner,
 // is printed. WEIR_CHAOS_DURATION sets the disruption phase (default 2m on
 // a real broker, 45s in process).
-func TestGroupChaos(t *testing.T) {
-	c := testcluster.Kafka(t)
+func TestGroupChaos(t *testing.T) { testGroupChaos(t, testcluster.Kafka(t), nil) }
+
+// testGroupChaos runs the scenario on c, with file:// checkpoints, or with
+// Pebble state and checkpoints in b if b is not nil; then it also checks
+// that tasks moved through b: some new owner restored a checkpoint, and
+// every task's manifests and the shared SSTs are in the bucket.
+func testGroupChaos(t *testing.T, c *testcluster.Cluster, b *testcluster.Bucket) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0xc4a05))
 	duration := 2 * time.Minute
@@ -358,6 +363,14 @@ func TestGroupChaos(t *testing.T) {
 	defer cancel()
 	const partitions = 12
 	j := newCountJob(t, c, partitions)
+	flags := groupFlags
+	storage := "file:// (" + j.checkpoints + ")"
+	if b != nil {
+		j.useS3(b)
+		flags = slices.Concat(groupFlags, []string{"--state-backend", "pebble"})
+		storage = fmt.Sprintf("s3:// (%s at %s, bucket %s, prefix %s)", b.Provider, b.Endpoint, b.Name, b.Prefix)
+	}
+	t.Logf("checkpoint storage: %s", storage)
 	out := startOutputReader(t, c, j.output, partitions)
 	gen := startGenerator(t, c, j.input, 1200, -1, 2400)
 
@@ -366,7 +379,7 @@ func TestGroupChaos(t *testing.T) {
 	next := 0
 	start := func() *proc {
 		next++
-		p := j.run("w"+strconv.Itoa(next), "", groupFlags...)
+		p := j.run("w"+strconv.Itoa(next), "", flags...)
 		workers = append(workers, p)
 		addrs[p] = httpAddr(ctx, t, p)
 		return p
@@ -474,6 +487,21 @@ func TestGroupChaos(t *testing.T) {
 		if counts[a] == 0 {
 			t.Errorf("the chaos phase never did %s (actions %v): make it longer", a, counts)
 		}
+	}
+	if b != nil {
+		restores := 0 // tasks a worker took over from a checkpoint
+		for _, p := range workers {
+			for _, l := range p.Lines() {
+				if logMsg(l) == msgTaskRestored && logInt(l, "from_checkpoint") > 0 {
+					restores++
+				}
+			}
+		}
+		t.Logf("%d task restores from a checkpoint in S3", restores)
+		if restores == 0 {
+			t.Errorf("no task restored from a checkpoint in S3: the hand-offs tested nothing of S3")
+		}
+		checkS3Checkpoints(ctx, t, b, j)
 	}
 }
 

@@ -147,13 +147,16 @@ func envInt(t *testing.T, key string, def int64) int64 {
 // Pebble state checkpointed to S3 (issue 6), where it also checks that the
 // manifests and the shared SSTs are in the bucket.
 func TestKillNine(t *testing.T) {
-	t.Run("file", func(t *testing.T) { testKillNine(t, nil) })
-	t.Run("pebble-s3", func(t *testing.T) { testKillNine(t, testcluster.S3(t)) })
+	t.Run("file", func(t *testing.T) { testKillNine(t, testcluster.Kafka(t), nil) })
+	t.Run("pebble-s3", func(t *testing.T) {
+		b := testcluster.S3(t)
+		testKillNine(t, testcluster.Kafka(t), b)
+	})
 }
 
-// testKillNine runs the scenario, with checkpoints in b if b is not nil.
-func testKillNine(t *testing.T, b *testcluster.Bucket) {
-	c := testcluster.Kafka(t)
+// testKillNine runs the scenario on c, with file:// checkpoints, or with
+// Pebble state and checkpoints in b if b is not nil.
+func testKillNine(t *testing.T, c *testcluster.Cluster, b *testcluster.Bucket) {
 	seed := testSeed(t)
 	rng := rand.New(rand.NewPCG(seed, seed^0x5eed))
 

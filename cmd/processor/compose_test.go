@@ -19,6 +19,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/compose"
+	"github.com/weirstream/weir/internal/testcluster"
 	"github.com/weirstream/weir/worker"
 )
 
@@ -172,6 +173,10 @@ func TestComposeFile(t *testing.T) {
 		}
 		if f.Services["kafka-init"].Image != kafka {
 			t.Errorf("kafka-init runs %q, not the broker's image %q: its tools must match the broker", f.Services["kafka-init"].Image, kafka)
+		}
+		// The testcontainers suite runs the images the compose file runs.
+		if kafka != testcluster.DefaultKafkaImage || f.Services["minio"].Image != testcluster.DefaultMinIOImage {
+			t.Errorf("compose runs %s and %s, the testcontainers suite %s and %s", kafka, f.Services["minio"].Image, testcluster.DefaultKafkaImage, testcluster.DefaultMinIOImage)
 		}
 		if f.Services["minio-init"].Image != f.Services["minio"].Image {
 			t.Errorf("minio-init runs %q, not MinIO's image %q", f.Services["minio-init"].Image, f.Services["minio"].Image)

@@ -21,6 +21,11 @@ const (
 	DefaultMinIOImage = "minio/minio:RELEASE.2025-04-22T22-12-26Z"
 )
 
+// containerStartTimeout bounds starting one container, pull included: a
+// first run on a slow link spends most of it pulling. Readiness once the
+// container runs has its own, shorter bound.
+const containerStartTimeout = 10 * time.Minute
+
 var (
 	dockerOnce sync.Once
 	dockerErr  error
@@ -75,7 +80,7 @@ const kafkaStartScript = "/tmp/weir-start.sh"
 func startKafkaContainer(t testing.TB) (brokers []string, image string) {
 	t.Helper()
 	image = envOr("WEIR_KAFKA_IMAGE", DefaultKafkaImage)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), containerStartTimeout)
 	defer cancel()
 
 	req := testcontainers.ContainerRequest{
@@ -133,7 +138,7 @@ func startKafkaContainer(t testing.TB) (brokers []string, image string) {
 func startMinIOContainer(t testing.TB) (endpoint, user, password, image string) {
 	t.Helper()
 	image = envOr("WEIR_MINIO_IMAGE", DefaultMinIOImage)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), containerStartTimeout)
 	defer cancel()
 	ctr, err := minio.Run(ctx, image)
 	testcontainers.CleanupContainer(t, ctr)
