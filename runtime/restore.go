@@ -16,6 +16,13 @@ import (
 // and take the task back.
 var ErrSuperseded = checkpoint.ErrSuperseded
 
+// ErrIncompatibleCheckpoint is why a task fails whose checkpoint does not
+// fit the job: it has positions or state of operators the job no longer has
+// (renamed or removed). Restarting cannot help, so the task is not
+// restarted; deploy the job that wrote the checkpoint, or start the new one
+// afresh under another --name.
+var ErrIncompatibleCheckpoint = errors.New("checkpoint does not fit the job")
+
 // ErrNoValidCheckpoint fails a task whose every checkpoint lost output: it
 // cannot restore without skipping that output, and it never does so silently.
 var ErrNoValidCheckpoint = errors.New("no valid checkpoint")

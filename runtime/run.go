@@ -283,9 +283,10 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) erro
 			failures, backoff = 0, cfg.RestartBackoff
 		}
 		failures++
-		restarting := (cfg.MaxRestarts < 0 || failures <= cfg.MaxRestarts) && !errors.Is(err, ErrSuperseded)
+		final := errors.Is(err, ErrSuperseded) || errors.Is(err, ErrIncompatibleCheckpoint)
+		restarting := (cfg.MaxRestarts < 0 || failures <= cfg.MaxRestarts) && !final
 		cfg.Observer.TaskFailed(plan.Name(), id, err, restarting)
-		if errors.Is(err, ErrSuperseded) {
+		if final {
 			return fmt.Errorf("task %d: %w", id, err)
 		}
 		if !restarting {

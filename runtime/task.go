@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -259,14 +260,23 @@ func (t *task) NotifyAborted(id checkpoint.ID, err error) {
 
 // checkRestoredOperators refuses a checkpoint with state of an operator the
 // job no longer has: restoring without it would drop that state silently.
+// A source's state is its positions: without them a renamed source would
+// read its input again from the start, and a job downstream of it would
+// count that input twice.
 func (t *task) checkRestoredOperators() error {
 	known := map[string]bool{}
 	for _, n := range t.plan.g.nodes {
 		known[n.name] = true
 	}
-	for name, a := range t.restored {
-		if !known[name] && (a.State != nil || len(a.Committables) > 0) {
-			return fmt.Errorf("checkpoint %d has state of operator %q, which the job does not have", t.restoredFrom, name)
+	for _, name := range slices.Sorted(maps.Keys(t.restored)) {
+		a := t.restored[name]
+		switch {
+		case known[name]:
+		case len(a.Sources) > 0:
+			return fmt.Errorf("%w: checkpoint %d has the positions of source %q, which the job does not have: "+
+				"a renamed source would read its input again from its start (operator names key a checkpoint)", ErrIncompatibleCheckpoint, t.restoredFrom, name)
+		case a.State != nil || len(a.Committables) > 0:
+			return fmt.Errorf("%w: checkpoint %d has state of operator %q, which the job does not have", ErrIncompatibleCheckpoint, t.restoredFrom, name)
 		}
 	}
 	return nil

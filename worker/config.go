@@ -141,7 +141,7 @@ func DefaultConfig() Config {
 		Brokers:           []string{"127.0.0.1:9092"},
 		Checkpoints:       "file://" + filepath.Join(os.TempDir(), "weir-checkpoints"),
 		Interval:          time.Second,
-		CheckpointTimeout: time.Minute,
+		CheckpointTimeout: 30 * time.Second,
 		TolerableFailures: 3,
 		StateBackend:      stateBackendPebble,
 		StateMemtableSize: 64 << 20,

@@ -26,9 +26,13 @@ func TestDefaultConfigIsValid(t *testing.T) {
 	if got := c.poolSize(); got != c.TolerableFailures+3 {
 		t.Errorf("default pool size %d, want tolerable failures + 3 = %d", got, c.TolerableFailures+3)
 	}
+	if w := c.Warnings(); len(w) != 0 {
+		t.Errorf("the defaults warn: %q", w)
+	}
+	// 60s transactions against 1m checkpoint timeouts: allowed, warned.
+	c.CheckpointTimeout = time.Minute
 	if w := c.Warnings(); len(w) != 1 || !strings.Contains(w[0], "--checkpoint-timeout") {
-		// 60s transactions against 1m checkpoint timeouts: allowed, warned.
-		t.Errorf("warnings of the defaults: %q", w)
+		t.Errorf("warnings of --checkpoint-timeout 1m, --txn-timeout 60s: %q", w)
 	}
 }
 

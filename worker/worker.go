@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"time"
 
@@ -63,7 +64,7 @@ func Run(ctx context.Context, cfg Config, jobs []Job, opts Options) error {
 	}
 	w := &worker{cfg: cfg, opts: opts, log: opts.Logger, stats: opts.Stats, tasks: map[int]*taskStatus{}}
 	if w.log == nil {
-		w.log = newLogger(nopWriter{}, cfg.LogLevel)
+		w.log = newLogger(os.Stderr, cfg.LogLevel)
 	}
 	if w.stats == nil {
 		w.stats = &Stats{}

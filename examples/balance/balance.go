@@ -38,8 +38,9 @@ type Balance struct {
 	TransferID string `json:"transfer_id"`
 }
 
-// Operator names. They identify state in checkpoints: renaming one loses its
-// state on the next restore.
+// Operator names. They key the state and source positions in checkpoints:
+// a worker refuses to restore a checkpoint that has a source or a stateful
+// operator under a name the job no longer has.
 const (
 	SourceName  = "transfers"
 	KeyByName   = "by-account"

@@ -27,8 +27,9 @@ type Out struct {
 	Sum   int64  `json:"sum"`
 }
 
-// Operator names. They identify state in checkpoints: renaming one loses its
-// state on the next restore.
+// Operator names. They key the state and source positions in checkpoints:
+// a worker refuses to restore a checkpoint that has a source or a stateful
+// operator under a name the job no longer has.
 const (
 	SourceName  = "input"
 	KeyByName   = "by-key"

@@ -1,0 +1,77 @@
+package runtime_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/stream"
+)
+
+// TestRestoreRefusesRenamedOperators: operator names key a checkpoint. A
+// job whose source or keyed operator was renamed must not restore a
+// checkpoint of the old names: the source would read its input again, the
+// operator would start from empty state. A renamed stateless operator is
+// harmless and restores.
+func TestRestoreRefusesRenamedOperators(t *testing.T) {
+	build := func(source, mapper, counter string) *runtime.Plan {
+		job := stream.NewJob("upgrade")
+		src := stream.Source(job, source, stream.GeneratorSource(1000, func(task int, i int64) int64 { return i }))
+		m := stream.Map(src, mapper, func(n int64) (int64, error) { return n, nil })
+		keyed := stream.KeyBy(m, "by-key", func(n int64) uint64 { return uint64(n % 10) }, state.Uint64())
+		counts := stream.Process(keyed, counter, func(s *stream.Setup) (stream.Processor[uint64, int64, update], error) {
+			count, err := stream.ValueState(s, "count", state.Int64())
+			if err != nil {
+				return stream.Processor[uint64, int64, update]{}, err
+			}
+			return stream.Processor[uint64, int64, update]{
+				Process: func(ctx *stream.Context[uint64, update], n int64) error {
+					c, _, err := count.Get()
+					if err != nil {
+						return err
+					}
+					return count.Set(c + 1)
+				},
+			}, nil
+		})
+		stream.Sink(counts, "out", newTxnStore[update]().sink())
+		plan, err := job.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return plan
+	}
+	storage := checkpoint.NewMemory(checkpoint.MemoryOptions{})
+	run := func(plan *runtime.Plan) error {
+		return runtime.Run(t.Context(), plan, runtime.Config{
+			Tasks:      []int{0},
+			Storage:    storage,
+			Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},
+			StateDir:   t.TempDir(),
+		})
+	}
+	// The bounded source ends with a final checkpoint.
+	if err := run(build("numbers", "identity", "count")); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		source, mapper, counter string
+		want                    string
+	}{
+		{"numbers2", "identity", "count", `positions of source "numbers"`},
+		{"numbers", "identity", "count2", `state of operator "count"`},
+		{"numbers", "identity2", "count", ""},
+	} {
+		err := run(build(tc.source, tc.mapper, tc.counter))
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("renamed stateless operator %s: %v", tc.mapper, err)
+		case tc.want != "" && (!errors.Is(err, runtime.ErrIncompatibleCheckpoint) || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("source %s, operator %s: %v, want an error naming %s", tc.source, tc.counter, err, tc.want)
+		}
+	}
+}
