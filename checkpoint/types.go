@@ -44,6 +44,10 @@ type SourcePosition struct {
 	Topic     string `json:"topic,omitempty"`
 	Partition int32  `json:"partition"`
 	Offset    int64  `json:"offset"`
+	// MaxTimestamp is the highest event time (Unix ms) the split's records
+	// had up to Offset, when the source derives watermarks: the restored
+	// source starts its watermark from it rather than from nothing.
+	MaxTimestamp *int64 `json:"max_timestamp,omitempty"`
 }
 
 // Committable is a pre-committed transaction a sink will commit once the

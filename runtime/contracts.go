@@ -17,6 +17,11 @@ type Position struct {
 	Topic     string
 	Partition int32
 	Offset    int64
+	// Timestamp is the record's event time in Unix milliseconds: its Kafka
+	// timestamp, or what the source's WatermarkStrategy extracts. Records
+	// an operator emits carry the timestamp of the record (or event-time
+	// timer) at hand.
+	Timestamp int64
 }
 
 func (p Position) String() string {

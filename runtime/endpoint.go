@@ -17,6 +17,8 @@ type endpoint[T any] interface {
 	// the call.
 	collectBatch(vals []T, pos []Position) error
 	barrier(id checkpoint.ID) error
+	// watermark passes event-time progress downstream (see wmark).
+	watermark(w wmark) error
 	end() error
 }
 
@@ -49,6 +51,15 @@ func (f fanout[T]) barrier(id checkpoint.ID) error {
 	return nil
 }
 
+func (f fanout[T]) watermark(w wmark) error {
+	for _, e := range f {
+		if err := e.watermark(w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (f fanout[T]) end() error {
 	for _, e := range f {
 		if err := e.end(); err != nil {
@@ -63,6 +74,7 @@ type discard[T any] struct{}
 func (discard[T]) collect(T) error                    { return nil }
 func (discard[T]) collectBatch([]T, []Position) error { return nil }
 func (discard[T]) barrier(checkpoint.ID) error        { return nil }
+func (discard[T]) watermark(wmark) error              { return nil }
 func (discard[T]) end() error                         { return nil }
 
 // message is one send on a channel between goroutines of a task: a batch of
@@ -72,6 +84,7 @@ type message[T any] struct {
 	values    []T
 	positions []Position
 	barrier   checkpoint.ID // non-zero: a barrier
+	wm        *wmark        // a watermark
 	end       bool
 }
 
@@ -154,6 +167,13 @@ func (s *sender[T]) barrier(id checkpoint.ID) error {
 		return err
 	}
 	return s.send(&message[T]{barrier: id})
+}
+
+func (s *sender[T]) watermark(w wmark) error {
+	if err := s.flush(); err != nil {
+		return err
+	}
+	return s.send(&message[T]{wm: &w})
 }
 
 func (s *sender[T]) end() error {

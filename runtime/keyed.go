@@ -53,11 +53,13 @@ func (s *Setup) Scope() *state.KeyScope { return s.scope }
 // Context is what a keyed function sees for one call: the current key, a way
 // to emit, timers.
 type Context[K, Out any] struct {
-	key    K
-	out    endpoint[Out]
-	timers *state.Timers
-	cursor *Position
-	now    func() time.Time
+	key     K
+	out     endpoint[Out]
+	timers  *state.Timers
+	etimers *state.Timers
+	wm      *int64 // the operator's watermark
+	cursor  *Position
+	now     func() time.Time
 }
 
 // Key is the key of the record (or timer) at hand.
@@ -71,6 +73,37 @@ func (c *Context[K, Out]) Position() Position { return *c.cursor }
 
 // Now is the processing time.
 func (c *Context[K, Out]) Now() time.Time { return c.now() }
+
+// Timestamp is the event time of the record at hand, or, in OnEventTimer,
+// the timer's time. Records emitted now carry it.
+func (c *Context[K, Out]) Timestamp() time.Time { return time.UnixMilli(c.cursor.Timestamp) }
+
+// Watermark is the operator's event time: the least watermark of its
+// inputs. Before the first watermark it is the zero time.
+func (c *Context[K, Out]) Watermark() time.Time {
+	if c.wm == nil || *c.wm == noWatermark {
+		return time.Time{}
+	}
+	return watermarkTime(*c.wm)
+}
+
+// RegisterEventTimer asks for OnEventTimer to be called for the current key
+// once the watermark reaches ts (at the next watermark, if it already has).
+// Registering the same time twice is one timer.
+func (c *Context[K, Out]) RegisterEventTimer(ts time.Time) error {
+	if c.etimers == nil {
+		return errors.New("register event timer: the operator has no OnEventTimer function")
+	}
+	return c.etimers.Register(ts)
+}
+
+// DeleteEventTimer removes the current key's event-time timer at ts.
+func (c *Context[K, Out]) DeleteEventTimer(ts time.Time) error {
+	if c.etimers == nil {
+		return errors.New("delete event timer: the operator has no OnEventTimer function")
+	}
+	return c.etimers.Delete(ts)
+}
 
 // RegisterTimer asks for OnTimer to be called for the current key at (or
 // soon after) processing time ts. Registering the same time twice is one timer.
@@ -94,6 +127,10 @@ type Processor[K, In, Out any] struct {
 	Process func(ctx *Context[K, Out], in In) error
 	// OnTimer, if set, is called when a timer registered for a key is due.
 	OnTimer func(ctx *Context[K, Out], ts time.Time) error
+	// OnEventTimer, if set, is called when the watermark reaches an
+	// event-time timer registered for a key; timers fire in time order,
+	// before the watermark goes on downstream.
+	OnEventTimer func(ctx *Context[K, Out], ts time.Time) error
 }
 
 // keyedState is the state machinery of one keyed operator instance.
@@ -102,6 +139,8 @@ type keyedState struct {
 	backend state.Backend
 	scope   state.KeyScope
 	timers  *state.Timers
+	etimers *state.Timers
+	wm      int64 // the last watermark, noWatermark before the first
 }
 
 func (k *keyedState) open(t *task, n *node) error {
@@ -115,8 +154,12 @@ func (k *keyedState) open(t *task, n *node) error {
 	return nil
 }
 
-// timerState is the name of the table that keeps an operator's timers.
-const timerState = "_timers"
+// timerState and eventTimerState name the tables that keep an operator's
+// processing-time and event-time timers.
+const (
+	timerState      = "_timers"
+	eventTimerState = "_event_timers"
+)
 
 func (k *keyedState) initTimers() error {
 	var err error
@@ -124,6 +167,47 @@ func (k *keyedState) initTimers() error {
 		return fmt.Errorf("operator %s: timers: %w", k.name, err)
 	}
 	return nil
+}
+
+func (k *keyedState) initEventTimers() error {
+	var err error
+	if k.etimers, err = state.NewTimers(k.backend, &k.scope, eventTimerState); err != nil {
+		return fmt.Errorf("operator %s: event timers: %w", k.name, err)
+	}
+	return nil
+}
+
+// advance takes a watermark: it returns false if it does not move the
+// operator's event time (an idle input, or not past the last).
+func (k *keyedState) advance(w wmark) bool {
+	if w.idle || w.ts <= k.wm {
+		return false
+	}
+	k.wm = w.ts
+	return true
+}
+
+// fireEventTimers fires the event-time timers the watermark has reached,
+// each with its key in ctx and its time as the event time of what it emits.
+func fireEventTimers[K, Out any](k *keyedState, codec state.Codec[K], ctx *Context[K, Out], onTimer func(*Context[K, Out], time.Time) error) error {
+	if k.etimers == nil {
+		return nil
+	}
+	saved := *k.cursor
+	defer func() { *k.cursor = saved }()
+	return k.etimers.FireDue(watermarkTime(k.wm), func(ts time.Time) (err error) {
+		defer k.recoverTo(&err)
+		key, err := codec.Decode(k.scope.Key())
+		if err != nil {
+			return fmt.Errorf("operator %s: decode event timer key: %w", k.name, err)
+		}
+		ctx.key = key
+		k.cursor.Timestamp = ts.UnixMilli()
+		if err := onTimer(ctx, ts); err != nil {
+			return k.recordErr(fmt.Errorf("event timer %s: %w", ts.Format(time.RFC3339Nano), err))
+		}
+		return nil
+	})
 }
 
 // restore loads the operator's state from the restored checkpoint, if any.
@@ -143,6 +227,11 @@ func (k *keyedState) restore(t *task) error {
 	if k.timers != nil {
 		if err := k.timers.Rebuild(); err != nil {
 			return fmt.Errorf("operator %s: rebuild timers: %w", k.name, err)
+		}
+	}
+	if k.etimers != nil {
+		if err := k.etimers.Rebuild(); err != nil {
+			return fmt.Errorf("operator %s: rebuild event timers: %w", k.name, err)
 		}
 	}
 	return nil
@@ -213,7 +302,18 @@ func (o *keyedOp[K, In, Out]) barrier(id checkpoint.ID) error {
 	return o.out.barrier(id)
 }
 
+func (o *keyedOp[K, In, Out]) watermark(w wmark) error {
+	if o.advance(w) {
+		if err := fireEventTimers(&o.keyedState, o.codec, &o.ctx, o.proc.OnEventTimer); err != nil {
+			return err
+		}
+	}
+	return o.out.watermark(w)
+}
+
 func (o *keyedOp[K, In, Out]) end() error { return o.out.end() }
+
+var _ endpoint[int] = (*keyedOp[int, int, int])(nil)
 
 func (o *keyedOp[K, In, Out]) fireTimers(now time.Time) error {
 	return fireKeyedTimers(&o.keyedState, o.codec, &o.ctx, o.proc.OnTimer, now)
@@ -251,6 +351,7 @@ func KeyedProcess[K, In, Out any](in *Keyed[K, In], name string, factory func(s 
 	n.build = func(t *task) error {
 		o := &keyedOp[K, In, Out]{keyFn: in.keyFn, codec: in.codec, out: out.output(t)}
 		o.opBase = t.base(n)
+		o.wm = noWatermark
 		if err := o.open(t, n); err != nil {
 			return err
 		}
@@ -267,10 +368,15 @@ func KeyedProcess[K, In, Out any](in *Keyed[K, In], name string, factory func(s 
 				return err
 			}
 		}
+		if proc.OnEventTimer != nil {
+			if err := o.initEventTimers(); err != nil {
+				return err
+			}
+		}
 		if err := o.restore(t); err != nil {
 			return err
 		}
-		o.ctx = Context[K, Out]{out: o.out, timers: o.timers, cursor: o.cursor, now: t.now}
+		o.ctx = Context[K, Out]{out: o.out, timers: o.timers, etimers: o.etimers, wm: &o.wm, cursor: o.cursor, now: t.now}
 		o.pf, _ = o.backend.(state.Prefetcher)
 		t.setEndpoints(n, o)
 		if o.timers != nil {

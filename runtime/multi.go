@@ -15,8 +15,15 @@ import (
 type input interface {
 	recvCase() reflect.SelectCase
 	// handle processes a received message: the records of a batch go to the
-	// operator; a barrier or the end is returned for the aligner.
-	handle(v reflect.Value) (barrier checkpoint.ID, end bool, err error)
+	// operator; a barrier, a watermark or the end is returned.
+	handle(v reflect.Value) (c control, err error)
+}
+
+// control is what a message other than records says.
+type control struct {
+	barrier checkpoint.ID
+	wm      *wmark
+	end     bool
 }
 
 type typedInput[T any] struct {
@@ -28,15 +35,12 @@ func (in *typedInput[T]) recvCase() reflect.SelectCase {
 	return reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(in.ch)}
 }
 
-func (in *typedInput[T]) handle(v reflect.Value) (checkpoint.ID, bool, error) {
+func (in *typedInput[T]) handle(v reflect.Value) (control, error) {
 	m := v.Interface().(*message[T])
-	if m.barrier != 0 {
-		return m.barrier, false, nil
+	if m.barrier != 0 || m.wm != nil || m.end {
+		return control{barrier: m.barrier, wm: m.wm, end: m.end}, nil
 	}
-	if m.end {
-		return 0, true, nil
-	}
-	return 0, false, in.target(m.values, m.positions)
+	return control{}, in.target(m.values, m.positions)
 }
 
 // multiOp is the operator at a multi-input root.
@@ -44,6 +48,8 @@ type multiOp interface {
 	// snapshot runs once barrier id has been aligned on every input: take
 	// the snapshot and forward the barrier.
 	snapshot(id checkpoint.ID, alignment time.Duration) error
+	// watermark takes the least watermark of the inputs, when it moves.
+	watermark(w wmark) error
 	end() error
 }
 
@@ -57,6 +63,49 @@ type multiRoot struct {
 	inputs  []input
 	aligner *align.Aligner
 	op      multiOp
+	wms     inputWatermarks
+}
+
+// inputWatermarks combines the watermarks of several inputs: the least of
+// those not idle; idle if all are. An input that has sent none yet holds
+// the others back.
+type inputWatermarks struct {
+	in   []wmark
+	out  wmark
+	sent bool
+}
+
+func newInputWatermarks(n int) inputWatermarks {
+	w := inputWatermarks{in: make([]wmark, n), out: wmark{ts: noWatermark}}
+	for i := range w.in {
+		w.in[i].ts = noWatermark
+	}
+	return w
+}
+
+// update takes input i's watermark and returns the combined one if it
+// changed.
+func (w *inputWatermarks) update(i int, x wmark) (wmark, bool) {
+	if x.idle {
+		w.in[i].idle = true
+	} else {
+		w.in[i] = wmark{ts: max(w.in[i].ts, x.ts)}
+	}
+	low, active := int64(endOfTime), false
+	for _, in := range w.in {
+		if !in.idle {
+			low, active = min(low, in.ts), true
+		}
+	}
+	next := wmark{ts: w.out.ts, idle: !active}
+	if active && low > next.ts {
+		next.ts = low
+	}
+	if next == w.out && (w.sent || next.ts == noWatermark) {
+		return wmark{}, false
+	}
+	w.out, w.sent = next, true
+	return next, true
 }
 
 func (m *multiRoot) run(ctx context.Context) error {
@@ -106,15 +155,21 @@ func (m *multiRoot) run(ctx context.Context) error {
 		if !ok {
 			return fmt.Errorf("operator %s: input %d closed without end", m.name, i)
 		}
-		id, end, err := m.inputs[i].handle(v)
+		c, err := m.inputs[i].handle(v)
 		if err != nil {
 			return err
 		}
 		var actions []align.Action
 		switch {
-		case id != 0:
-			actions = m.aligner.Barrier(i, id, time.Now())
-		case end:
+		case c.wm != nil:
+			if w, ok := m.wms.update(i, *c.wm); ok {
+				if err := m.op.watermark(w); err != nil {
+					return err
+				}
+			}
+		case c.barrier != 0:
+			actions = m.aligner.Barrier(i, c.barrier, time.Now())
+		case c.end:
 			ended[i] = true
 			actions = m.aligner.End(i, time.Now())
 		}
@@ -180,6 +235,8 @@ func (u *unionOp[T]) snapshot(id checkpoint.ID, alignment time.Duration) error {
 	return u.out.barrier(id)
 }
 
+func (u *unionOp[T]) watermark(w wmark) error { return u.out.watermark(w) }
+
 func (u *unionOp[T]) end() error { return u.out.end() }
 
 // Union adds an operator that merges streams of one type. It aligns
@@ -207,7 +264,7 @@ func Union[T any](name string, ins ...*Port[T]) *Port[T] {
 	n.build = func(t *task) error {
 		r := t.rootOf(n)
 		u := &unionOp[T]{opBase: t.base(n), out: out.output(t)}
-		m := &multiRoot{t: t, r: r, name: n.name, aligner: align.New(len(ins), t.cfg.Mode), op: u}
+		m := &multiRoot{t: t, r: r, name: n.name, aligner: align.New(len(ins), t.cfg.Mode), op: u, wms: newInputWatermarks(len(ins))}
 		for i := range ins {
 			m.inputs = append(m.inputs, newInput(t, n, i, u.out.collectBatch))
 		}
@@ -224,6 +281,9 @@ type CoProcessor[K, In1, In2, Out any] struct {
 	Process1 func(ctx *Context[K, Out], in In1) error
 	Process2 func(ctx *Context[K, Out], in In2) error
 	OnTimer  func(ctx *Context[K, Out], ts time.Time) error
+	// OnEventTimer is called when the least watermark of both inputs
+	// reaches an event-time timer.
+	OnEventTimer func(ctx *Context[K, Out], ts time.Time) error
 }
 
 type coProcessOp[K, In1, In2, Out any] struct {
@@ -274,6 +334,15 @@ func (o *coProcessOp[K, In1, In2, Out]) snapshot(id checkpoint.ID, alignment tim
 	return o.out.barrier(id)
 }
 
+func (o *coProcessOp[K, In1, In2, Out]) watermark(w wmark) error {
+	if o.advance(w) {
+		if err := fireEventTimers(&o.keyedState, o.codec, &o.ctx, o.proc.OnEventTimer); err != nil {
+			return err
+		}
+	}
+	return o.out.watermark(w)
+}
+
 func (o *coProcessOp[K, In1, In2, Out]) end() error { return o.out.end() }
 
 func (o *coProcessOp[K, In1, In2, Out]) fireTimers(now time.Time) error {
@@ -298,6 +367,7 @@ func CoProcess[K, In1, In2, Out any](in1 *Keyed[K, In1], in2 *Keyed[K, In2], nam
 		r := t.rootOf(n)
 		o := &coProcessOp[K, In1, In2, Out]{key1: in1.keyFn, key2: in2.keyFn, codec: in1.codec, out: out.output(t)}
 		o.opBase = t.base(n)
+		o.wm = noWatermark
 		if err := o.open(t, n); err != nil {
 			return err
 		}
@@ -315,11 +385,16 @@ func CoProcess[K, In1, In2, Out any](in1 *Keyed[K, In1], in2 *Keyed[K, In2], nam
 			}
 			t.addTimed(n, o)
 		}
+		if proc.OnEventTimer != nil {
+			if err := o.initEventTimers(); err != nil {
+				return err
+			}
+		}
 		if err := o.restore(t); err != nil {
 			return err
 		}
-		o.ctx = Context[K, Out]{out: o.out, timers: o.timers, cursor: o.cursor, now: t.now}
-		m := &multiRoot{t: t, r: r, name: n.name, aligner: align.New(2, t.cfg.Mode), op: o}
+		o.ctx = Context[K, Out]{out: o.out, timers: o.timers, etimers: o.etimers, wm: &o.wm, cursor: o.cursor, now: t.now}
+		m := &multiRoot{t: t, r: r, name: n.name, aligner: align.New(2, t.cfg.Mode), op: o, wms: newInputWatermarks(2)}
 		m.inputs = []input{
 			newInput(t, n, 0, func(vals []In1, pos []Position) error { return eachRecord(o.cursor, o.collect1, vals, pos) }),
 			newInput(t, n, 1, func(vals []In2, pos []Position) error { return eachRecord(o.cursor, o.collect2, vals, pos) }),

@@ -114,6 +114,8 @@ func (m *mapOp[In, Out]) collectBatch(vals []In, pos []Position) error {
 	return err
 }
 
+func (m *mapOp[In, Out]) watermark(w wmark) error { return m.out.watermark(w) }
+
 func (m *mapOp[In, Out]) barrier(id checkpoint.ID) error {
 	m.ackStateless(id)
 	return m.out.barrier(id)
@@ -172,6 +174,8 @@ func (f *filterOp[T]) collectBatch(vals []T, pos []Position) error {
 	clear(f.buf)
 	return err
 }
+
+func (f *filterOp[T]) watermark(w wmark) error { return f.out.watermark(w) }
 
 func (f *filterOp[T]) barrier(id checkpoint.ID) error {
 	f.ackStateless(id)
@@ -234,6 +238,8 @@ func (f *flatMapOp[In, Out]) collectBatch(vals []In, pos []Position) error {
 	return eachRecord(f.cursor, f.collect, vals, pos)
 }
 
+func (f *flatMapOp[In, Out]) watermark(w wmark) error { return f.out.watermark(w) }
+
 func (f *flatMapOp[In, Out]) barrier(id checkpoint.ID) error {
 	f.ackStateless(id)
 	return f.out.barrier(id)
@@ -271,6 +277,9 @@ func (s *sinkOp[T]) collect(v T) error {
 func (s *sinkOp[T]) collectBatch(vals []T, pos []Position) error {
 	return eachRecord(s.cursor, s.collect, vals, pos)
 }
+
+// watermark ends at the sink: output records carry no watermark.
+func (s *sinkOp[T]) watermark(wmark) error { return nil }
 
 func (s *sinkOp[T]) barrier(id checkpoint.ID) error {
 	cs, err := s.writer.PreCommit(s.ctx, id)

@@ -19,6 +19,10 @@ type sourceRoot[T any] struct {
 	out    endpoint[T]
 	batch  Batch[T]
 	ended  bool
+	// wm derives watermarks, if the source has a strategy; tsFn extracts
+	// timestamps, if the strategy says how.
+	wm   *watermarkGen
+	tsFn func(T, Position) time.Time
 }
 
 func (s *sourceRoot[T]) run(ctx context.Context) error {
@@ -49,10 +53,8 @@ func (s *sourceRoot[T]) run(ctx context.Context) error {
 func (s *sourceRoot[T]) poll(ctx context.Context) error {
 	s.batch.reset()
 	err := s.reader.Poll(ctx, &s.batch)
-	switch {
-	case errors.Is(err, ErrEndOfInput):
-		s.end()
-	case err != nil:
+	ended := errors.Is(err, ErrEndOfInput)
+	if err != nil && !ended {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -62,11 +64,50 @@ func (s *sourceRoot[T]) poll(ctx context.Context) error {
 		if !s.t.firstRecord.Load() {
 			s.t.recordsFlowing()
 		}
+		if s.wm != nil {
+			// A restored source's watermark goes first: the records after
+			// the checkpoint must meet the event time they met before.
+			if !s.wm.sent {
+				if w, ok := s.wm.advance(s.t.now()); ok {
+					if err := s.out.watermark(w); err != nil {
+						return err
+					}
+				}
+			}
+			s.stamp()
+		}
 		if err := s.out.collectBatch(s.batch.Values, s.batch.Positions); err != nil {
 			return err
 		}
 	}
+	switch {
+	case ended:
+		// Every event-time timer downstream is due: the input is complete.
+		if err := s.out.watermark(wmark{ts: endOfTime}); err != nil {
+			return err
+		}
+		s.end()
+	case s.wm != nil:
+		if w, ok := s.wm.advance(s.t.now()); ok {
+			if err := s.out.watermark(w); err != nil {
+				return err
+			}
+		}
+	}
 	return s.r.flush()
+}
+
+// stamp gives the batch's records their event time, if the strategy
+// extracts it, and takes it into each split's watermark.
+func (s *sourceRoot[T]) stamp() {
+	now := s.t.now()
+	for i := range s.batch.Positions {
+		p := &s.batch.Positions[i]
+		if s.tsFn != nil {
+			p.Timestamp = s.tsFn(s.batch.Values[i], *p).UnixMilli()
+		}
+		s.wm.observe(p, now)
+	}
 }
 
 // end stops reading: the input is exhausted, or the job drains.
@@ -82,7 +123,11 @@ func (s *sourceRoot[T]) end() {
 // barrier.
 func (s *sourceRoot[T]) trigger(id checkpoint.ID) error {
 	start := time.Now()
-	s.t.ack(id, checkpoint.Ack{Operator: s.name, Sources: s.reader.Positions()})
+	positions := s.reader.Positions()
+	if s.wm != nil {
+		s.wm.annotate(positions)
+	}
+	s.t.ack(id, checkpoint.Ack{Operator: s.name, Sources: positions})
 	if err := s.out.barrier(id); err != nil {
 		return err
 	}
@@ -95,9 +140,18 @@ func (s *sourceRoot[T]) trigger(id checkpoint.ID) error {
 
 // Source adds a source whose readers factory opens, one per task.
 func Source[T any](g *Graph, name string, factory SourceFactory[T]) *Port[T] {
+	return SourceWithWatermarks(g, name, factory, nil)
+}
+
+// SourceWithWatermarks adds a source that derives watermarks from its
+// records' timestamps as strategy says (nil: none, as Source).
+func SourceWithWatermarks[T any](g *Graph, name string, factory SourceFactory[T], strategy *WatermarkStrategy[T]) *Port[T] {
 	n := g.add(name, kindSource)
 	if factory == nil {
 		g.errorf("source %q: factory is nil", name)
+	}
+	if strategy != nil && (strategy.OutOfOrderness < 0 || strategy.Idleness < 0) {
+		g.errorf("source %q: watermark out-of-orderness and idleness must not be negative", name)
 	}
 	out := newPort[T](g, n)
 	n.build = func(t *task) error {
@@ -112,6 +166,20 @@ func Source[T any](g *Graph, name string, factory SourceFactory[T]) *Port[T] {
 		t.addCloser(reader.Close)
 		r := t.rootOf(n)
 		s := &sourceRoot[T]{opBase: t.base(n), r: r, reader: reader, out: out.output(t)}
+		if strategy != nil {
+			// The reader's splits, each resuming its highest timestamp
+			// from the checkpoint, if it has one.
+			splits := reader.Positions()
+			for i := range splits {
+				for _, r := range restored {
+					if r.Topic == splits[i].Topic && r.Partition == splits[i].Partition {
+						splits[i].MaxTimestamp = r.MaxTimestamp
+					}
+				}
+			}
+			s.wm = newWatermarkGen(strategy.OutOfOrderness, strategy.Idleness, splits, t.now())
+			s.tsFn = strategy.Timestamp
+		}
 		r.run = s.run
 		r.drain = s.end
 		r.source = true

@@ -225,7 +225,7 @@ func (r *reader[T]) take(ctx context.Context, b *runtime.Batch[T], rec *kgo.Reco
 	if _, ok := r.next[rec.Topic]; !ok || rec.Partition != r.part {
 		return fmt.Errorf("fetched record %s/%d@%d that task %d does not read", rec.Topic, rec.Partition, rec.Offset, r.part)
 	}
-	pos := runtime.Position{Source: r.source, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset}
+	pos := runtime.Position{Source: r.source, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp.UnixMilli()}
 	v, decodeErr := r.decode(rec)
 	switch {
 	case decodeErr == nil:

@@ -12,14 +12,19 @@ import (
 // big-endian bytes of Unix nanoseconds), so that it is part of every snapshot,
 // and indexed in memory by a min-heap for firing. After Restore, call Rebuild.
 //
-// The heap may hold entries for timers deleted since they were pushed; the
-// table is the truth, and firing skips what it no longer holds.
+// The heap may hold entries for timers deleted since they were pushed;
+// live, the set of registered timers, is the truth, and firing skips what
+// it no longer holds. live mirrors the table, so that registering a timer
+// that exists (once per record, for a window) reads nothing from the
+// backend.
 type Timers struct {
 	name  string
 	scope *KeyScope
 	t     MapTable
 	h     timerHeap
+	live  map[string]struct{} // key + the 8 bytes of the time
 	tsBuf [8]byte
+	idBuf []byte
 }
 
 // NewTimers declares the timers named name in b.
@@ -31,7 +36,13 @@ func NewTimers(b Backend, scope *KeyScope, name string) (*Timers, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Timers{name: name, scope: scope, t: t}, nil
+	return &Timers{name: name, scope: scope, t: t, live: map[string]struct{}{}}, nil
+}
+
+// id is the timer's entry in live; valid until the next call.
+func (t *Timers) id(key []byte, ts int64) []byte {
+	t.idBuf = binary.BigEndian.AppendUint64(append(t.idBuf[:0], key...), uint64(ts))
+	return t.idBuf
 }
 
 type timer struct {
@@ -86,16 +97,13 @@ func (t *Timers) Register(ts time.Time) error {
 	if err != nil {
 		return err
 	}
-	_, ok, err := t.t.Get(key, ub)
-	if err != nil {
-		return fmt.Errorf("timers %q: register: %w", t.name, err)
-	}
-	if ok {
+	if _, ok := t.live[string(t.id(key, n))]; ok {
 		return nil
 	}
 	if err := t.t.Put(key, ub, nil); err != nil {
 		return fmt.Errorf("timers %q: register: %w", t.name, err)
 	}
+	t.live[string(t.id(key, n))] = struct{}{}
 	heap.Push(&t.h, timer{ts: n, key: append([]byte(nil), key...)})
 	return nil
 }
@@ -106,27 +114,27 @@ func (t *Timers) Delete(ts time.Time) error {
 	if err != nil {
 		return err
 	}
-	ub, _, err := t.encode(ts)
+	ub, n, err := t.encode(ts)
 	if err != nil {
 		return err
+	}
+	id := t.id(key, n)
+	if _, ok := t.live[string(id)]; !ok {
+		return nil
 	}
 	if err := t.t.Delete(key, ub); err != nil {
 		return fmt.Errorf("timers %q: delete: %w", t.name, err)
 	}
+	delete(t.live, string(id))
 	return nil
 }
 
-// popDead drops heap entries of timers deleted from the table until the top
-// is a registered timer.
+// popDead drops heap entries of deleted timers until the top is a
+// registered one.
 func (t *Timers) popDead() error {
 	for len(t.h) > 0 {
 		top := t.h[0]
-		binary.BigEndian.PutUint64(t.tsBuf[:], uint64(top.ts))
-		_, ok, err := t.t.Get(top.key, t.tsBuf[:])
-		if err != nil {
-			return fmt.Errorf("timers %q: %w", t.name, err)
-		}
-		if ok {
+		if _, ok := t.live[string(t.id(top.key, top.ts))]; ok {
 			return nil
 		}
 		heap.Pop(&t.h)
@@ -168,6 +176,7 @@ func (t *Timers) FireDue(now time.Time, fn func(ts time.Time) error) error {
 		if err := t.t.Delete(top.key, t.tsBuf[:]); err != nil {
 			return fmt.Errorf("timers %q: fire: %w", t.name, err)
 		}
+		delete(t.live, string(t.id(top.key, top.ts)))
 		t.scope.Set(top.key)
 		if err := fn(time.Unix(0, top.ts)); err != nil {
 			return err
@@ -179,17 +188,20 @@ func (t *Timers) FireDue(now time.Time, fn func(ts time.Time) error) error {
 // backend's Restore.
 func (t *Timers) Rebuild() error {
 	h := timerHeap{}
+	live := map[string]struct{}{}
 	err := t.t.Scan(func(key, ub, _ []byte) error {
 		if len(ub) != 8 {
 			return fmt.Errorf("timers %q: bad timer entry of %d bytes", t.name, len(ub))
 		}
-		h = append(h, timer{ts: int64(binary.BigEndian.Uint64(ub)), key: append([]byte(nil), key...)})
+		tm := timer{ts: int64(binary.BigEndian.Uint64(ub)), key: append([]byte(nil), key...)}
+		h = append(h, tm)
+		live[string(t.id(tm.key, tm.ts))] = struct{}{}
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("timers %q: rebuild: %w", t.name, err)
 	}
 	heap.Init(&h)
-	t.h = h
+	t.h, t.live = h, live
 	return nil
 }

@@ -1,6 +1,8 @@
 package stream
 
 import (
+	"time"
+
 	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 )
@@ -44,11 +46,74 @@ type (
 	CoProcessor[K, In1, In2, Out any] = runtime.CoProcessor[K, In1, In2, Out]
 	// Emitter passes the records of a FlatMap downstream.
 	Emitter[T any] = runtime.Emitter[T]
+	// Watermarks is how a source derives event time's watermarks.
+	Watermarks[T any] = runtime.WatermarkStrategy[T]
+	// Position is where a record came from, and its event time.
+	Position = runtime.Position
+	// Window is a window of event time, [Start, End).
+	Window = runtime.Window
+	// WindowAssigner says which windows a record belongs to.
+	WindowAssigner = runtime.WindowAssigner
+	// WindowOptions are a window operator's settings.
+	WindowOptions = runtime.WindowOptions
 )
+
+// Tumbling windows of size, one after the other: each record is in one.
+func Tumbling(size time.Duration) WindowAssigner { return runtime.TumblingWindows(size) }
+
+// Sliding windows of size starting every slide (size a multiple of slide).
+func Sliding(size, slide time.Duration) WindowAssigner { return runtime.SlidingWindows(size, slide) }
+
+// Session windows: a key's records less than gap apart, merged.
+func Session(gap time.Duration) WindowAssigner { return runtime.SessionWindows(gap) }
+
+// Windowed is the output of a window operator: its results, and the
+// records that came after the allowed lateness of every window they
+// belong to (Flink's late side output). Either may be left unused.
+type Windowed[Out, In any] struct {
+	Results Stream[Out]
+	Late    Stream[In]
+}
+
+func windowed[Out, In any](out *runtime.Port[Out], late *runtime.Port[In]) Windowed[Out, In] {
+	return Windowed[Out, In]{Results: Stream[Out]{p: out}, Late: Stream[In]{p: late}}
+}
+
+// Aggregate windows a keyed stream and aggregates each window
+// incrementally: add folds a record into the window's accumulator (the
+// zero Acc to start), merge joins two (session windows need it), result
+// makes the output when the window fires, once the watermark passes its
+// end.
+func Aggregate[K, In, Acc, Out any](s KeyedStream[K, In], name string, w WindowAssigner, opts WindowOptions, acc state.Codec[Acc],
+	add func(acc Acc, v In) Acc, merge func(a, b Acc) Acc, result func(key K, w Window, acc Acc) (Out, error)) Windowed[Out, In] {
+	return windowed(runtime.WindowAggregate(s.k, name, w, opts, acc, add, merge, result))
+}
+
+// Reduce windows a keyed stream and combines each window's records with
+// reduce (associative), then makes the output with result.
+func Reduce[K, In, Out any](s KeyedStream[K, In], name string, w WindowAssigner, opts WindowOptions, codec state.Codec[In],
+	reduce func(a, b In) In, result func(key K, w Window, v In) (Out, error)) Windowed[Out, In] {
+	return windowed(runtime.WindowReduce(s.k, name, w, opts, codec, reduce, result))
+}
+
+// Apply windows a keyed stream and calls fn with all of a window's records
+// when it fires (a full-window function: the records are kept, appended
+// without reading the window back).
+func Apply[K, In, Out any](s KeyedStream[K, In], name string, w WindowAssigner, opts WindowOptions, codec state.Codec[In],
+	fn func(key K, w Window, items []In, out *Emitter[Out]) error) Windowed[Out, In] {
+	return windowed(runtime.WindowApply(s.k, name, w, opts, codec, fn))
+}
 
 // Source adds a source; factory opens its reader for each task.
 func Source[T any](j *Job, name string, factory runtime.SourceFactory[T]) Stream[T] {
 	return Stream[T]{p: runtime.Source(j.g, name, factory)}
+}
+
+// SourceWithWatermarks adds a source whose records' timestamps drive event
+// time: watermarks derived as w says reach every operator downstream and
+// fire their event-time timers.
+func SourceWithWatermarks[T any](j *Job, name string, factory runtime.SourceFactory[T], w Watermarks[T]) Stream[T] {
+	return Stream[T]{p: runtime.SourceWithWatermarks(j.g, name, factory, &w)}
 }
 
 // Map applies fn to every record.
