@@ -11,7 +11,9 @@
 #       name your main's package in JOB_MAIN. Its default command is `run`
 #       too, and `probe URL` serves healthchecks (the image has no curl).
 #
-# Pure Go (Pebble included), so CGO_ENABLED=0 gives a static binary.
+# Pure Go (Pebble included), so CGO_ENABLED=0 gives a static binary. Needs
+# BuildKit (the default builder since Docker 23), which builds only the
+# stages the target needs.
 
 FROM golang:1.26 AS source
 WORKDIR /src

@@ -26,6 +26,7 @@ var (
 		"scale":     "docker compose up --scale",
 		"index":     "docker compose port --index",
 		"rm":        "docker compose run --rm",
+		"no-deps":   "docker compose run --no-deps",
 		"target":    "docker build --target",
 		"build-arg": "docker build --build-arg",
 		// kafka-console-consumer.sh's.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -118,16 +119,36 @@ func TestComposeSmoke(t *testing.T) {
 		// docker compose up --scale worker=3, while the generator writes.
 		third := s.startWorker(len(s.replicas["worker"]) + 1)
 		s.waitHealthy("worker", third)
-		// docker compose kill -s KILL on the first replica.
-		first := s.replicas["worker"][0]
-		t.Logf("kill -9 %s (pid %d)", first.name, first.Pid())
-		first.Kill9()
+		// docker kill -s KILL on a replica that runs a task with a
+		// completed checkpoint, once the three share the tasks.
+		td, err := adm.ListTopics(ctx, "weir-input")
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitEachTaskOnce(ctx, t, s.replicas["worker"], s.workers, len(td["weir-input"].Partitions), 90*time.Second)
+		victim := s.checkpointedWorker()
+		t.Logf("kill -9 %s (pid %d)", victim.name, victim.Pid())
+		victim.Kill9()
 	}
 
+	// Compose starts every service whose dependencies are met at once; a
+	// service that waits for a one-shot still running (verify for the
+	// generator) starts last here, after the others.
+	var later []string
 	for _, name := range order {
+		if s.waitsForRunning(name) {
+			later = append(later, name)
+			continue
+		}
+		s.start(name)
+	}
+	for _, name := range later {
 		s.start(name)
 	}
 
+	if s.during != nil {
+		t.Fatal("the generator was done before the workers started: no worker joined or was killed while it wrote")
+	}
 	// verify is a one-shot: its exit status is the verdict.
 	v := s.replicas["verify"][0]
 	err = v.ExitErr(5 * time.Minute)
@@ -162,6 +183,19 @@ func TestComposeSmoke(t *testing.T) {
 	}
 	assignment := waitEachTaskOnce(ctx, t, live, s.workers, partitions, 90*time.Second)
 	t.Logf("tasks on the live workers: %v", assignment)
+	// The killed worker's tasks moved through their checkpoints in S3.
+	restores := 0
+	for _, w := range live {
+		for _, l := range w.Lines() {
+			if logMsg(l) == msgTaskRestored && logInt(l, "from_checkpoint") > 0 {
+				restores++
+			}
+		}
+	}
+	t.Logf("%d task restores from a checkpoint", restores)
+	if restores == 0 {
+		t.Error("no task was restored from a checkpoint: the kill moved nothing through S3")
+	}
 
 	// The checkpoints are in the bucket minio-init created.
 	c := s3.New(s3.Options{
@@ -221,6 +255,7 @@ type smoke struct {
 	replicas map[string][]*proc // processes of the processor services
 	workers  map[*proc]string   // each worker replica's status address
 	during   func()             // runs once, before the first wait for a running one-shot
+	current  string             // the service being started
 }
 
 func imageStage(t *testing.T, stages []compose.Stage, name string) compose.Stage {
@@ -289,6 +324,7 @@ func (s *smoke) start(name string) {
 			}
 		}
 	})
+	s.current = name
 	for _, dep := range deps {
 		s.waitFor(dep, svc.DependsOn[dep])
 	}
@@ -315,6 +351,62 @@ func (s *smoke) start(name string) {
 		t.Fatalf("service %s: neither a stand-in, an sh -c script nor the processor image", name)
 	}
 	s.done[name] = true
+}
+
+// checkpointedWorker waits for a worker whose status page shows a running
+// task with a completed checkpoint, and returns it.
+func (s *smoke) checkpointedWorker() *proc {
+	t := s.t
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, w := range s.replicas["worker"] {
+			if w.Exited() {
+				continue
+			}
+			var st struct {
+				Tasks []struct {
+					State       string            `json:"state"`
+					Checkpoints []json.RawMessage `json:"checkpoints"`
+				} `json:"tasks"`
+			}
+			req, _ := http.NewRequestWithContext(s.ctx, http.MethodGet, "http://"+s.workers[w]+"/status.json", nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				continue
+			}
+			err = json.NewDecoder(resp.Body).Decode(&st)
+			resp.Body.Close()
+			if err != nil {
+				continue
+			}
+			for _, task := range st.Tasks {
+				if task.State == "running" && len(task.Checkpoints) > 0 {
+					return w
+				}
+			}
+		}
+		poll(s.ctx, t, 200*time.Millisecond)
+	}
+	t.Fatal("no worker ran a task with a completed checkpoint within 60s")
+	return nil
+}
+
+// waitsForRunning says whether service name waits for the completion of a
+// one-shot that is still running, or for a service not started yet.
+func (s *smoke) waitsForRunning(name string) bool {
+	for dep, cond := range s.f.Services[name].DependsOn {
+		if !s.done[dep] {
+			return true
+		}
+		if cond == "service_completed_successfully" {
+			for _, p := range s.replicas[dep] {
+				if !p.Exited() {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // env is a processor container's environment: the image's, then the
@@ -380,10 +472,13 @@ func (s *smoke) waitFor(dep, cond string) {
 	switch cond {
 	case "service_healthy":
 		if ps := s.replicas[dep]; len(ps) > 0 {
+			// As compose: a container of the service that exited fails
+			// the dependency.
 			for _, p := range ps {
-				if !p.Exited() {
-					s.waitHealthy(dep, p)
+				if p.Exited() {
+					t.Fatalf("%s waits for %s to be healthy, and %s exited", s.current, dep, p.name)
 				}
+				s.waitHealthy(dep, p)
 			}
 			return
 		}
@@ -430,6 +525,9 @@ func (s *smoke) waitHealthy(dep string, p *proc) {
 		ctx, cancel := context.WithTimeout(s.ctx, 60*time.Second)
 		cmd := exec.CommandContext(ctx, s.lookPath(cmdline[0]), cmdline[1:]...)
 		cmd.Env = []string{"PATH=" + s.shims + ":" + os.Getenv("PATH"), "HOME=" + os.TempDir()}
+		if jh := os.Getenv("JAVA_HOME"); jh != "" {
+			cmd.Env = append(cmd.Env, "JAVA_HOME="+jh)
+		}
 		out, err = cmd.CombinedOutput()
 		cancel()
 		if err == nil {

@@ -57,7 +57,13 @@ type Config struct {
 	// MaxRestarts bounds consecutive restarts of a task; past it Run fails.
 	// 0 means the default (10); negative means no bound.
 	MaxRestarts int
-	Logger      *slog.Logger
+	// AllowNonRestoredState restores a checkpoint that has the state or
+	// source positions of operators the job no longer has (removed or
+	// renamed), dropping them, as Flink's --allowNonRestoredState: a
+	// renamed source then reads from its start position. Pending
+	// transactions of a removed sink are never dropped.
+	AllowNonRestoredState bool
+	Logger                *slog.Logger
 	// Observer hears about barriers and checkpoints (metrics, status page).
 	Observer Observer
 	// Drain, when closed, stops the job gracefully: every task stops reading

@@ -272,11 +272,19 @@ func (t *task) checkRestoredOperators() error {
 		a := t.restored[name]
 		switch {
 		case known[name]:
+		case len(a.Committables) > 0:
+			return fmt.Errorf("%w: checkpoint %d has pending transactions of sink %q, which the job does not have: "+
+				"run the job that has it until it drains (SIGTERM), then upgrade", ErrIncompatibleCheckpoint, t.restoredFrom, name)
+		case t.cfg.AllowNonRestoredState && (len(a.Sources) > 0 || a.State != nil):
+			t.log.Warn("dropping the checkpoint's state of an operator the job does not have (allow non-restored state)",
+				"checkpoint", t.restoredFrom, "operator", name, "source_positions", len(a.Sources), "state", a.State != nil)
 		case len(a.Sources) > 0:
 			return fmt.Errorf("%w: checkpoint %d has the positions of source %q, which the job does not have: "+
-				"a renamed source would read its input again from its start (operator names key a checkpoint)", ErrIncompatibleCheckpoint, t.restoredFrom, name)
-		case a.State != nil || len(a.Committables) > 0:
-			return fmt.Errorf("%w: checkpoint %d has state of operator %q, which the job does not have", ErrIncompatibleCheckpoint, t.restoredFrom, name)
+				"a renamed source would read its input again from its start (operator names key a checkpoint; "+
+				"--allow-non-restored-state drops them)", ErrIncompatibleCheckpoint, t.restoredFrom, name)
+		case a.State != nil:
+			return fmt.Errorf("%w: checkpoint %d has state of operator %q, which the job does not have "+
+				"(--allow-non-restored-state drops it)", ErrIncompatibleCheckpoint, t.restoredFrom, name)
 		}
 	}
 	return nil

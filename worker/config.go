@@ -94,6 +94,10 @@ type Config struct {
 	// this worker stays on disk (a task that comes back restores from it
 	// instead of downloading); then it is deleted. Default 10m; 0 keeps it.
 	StateCleanupDelay time.Duration
+	// AllowNonRestoredState restores checkpoints that have state or source
+	// positions of operators the job no longer has, dropping them (an
+	// upgrade that removed or renamed one; see runtime.Config).
+	AllowNonRestoredState bool
 	// Delivery is the sink's guarantee: exactly-once (default),
 	// at-least-once or none.
 	Delivery string
@@ -395,6 +399,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.Var(cli.Bytes{V: &c.StateMemtableSize}, "state-memtable-size", "Pebble memtable size per store, bytes or with K, M, G, KiB, MiB, GiB (binary); bounds the background flush of each checkpoint")
 	fs.Var(cli.Bytes{V: &c.StateCacheSize}, "state-cache-size", "Pebble block cache shared by the worker's stores (bytes, or with K, M, G, KiB, MiB, GiB)")
 	fs.DurationVar(&c.StateCleanupDelay, "state-cleanup-delay", c.StateCleanupDelay, "delete the local state of a task that left this worker after this long (0: keep it)")
+	fs.BoolVar(&c.AllowNonRestoredState, "allow-non-restored-state", c.AllowNonRestoredState, "restore checkpoints with state or source positions of operators the job no longer has, dropping them (a renamed source reads from --start)")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "local state directory, a cache of the checkpoints (default: $TMPDIR/weir-state/<name>)")
 	fs.StringVar(&c.Delivery, "delivery", c.Delivery, "sink guarantee: exactly-once, at-least-once or none")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "transactional ids per task (exactly-once; at least tolerable failures + 3; default: that)")

@@ -200,9 +200,10 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 			MinPause:          c.MinPause,
 			TolerableFailures: c.TolerableFailures,
 		},
-		Mode:         runtime.ExactlyOnce,
-		StateBackend: stateBackend(c, log),
-		StateDir:     stateDir,
+		Mode:                  runtime.ExactlyOnce,
+		StateBackend:          stateBackend(c, log),
+		StateDir:              stateDir,
+		AllowNonRestoredState: c.AllowNonRestoredState,
 		// The restart backoff must fit in the time CheckTimeout allowed
 		// for a restart, with room for the restore itself.
 		MaxRestartBackoff: max(c.RestartAllowance/2, 100*time.Millisecond),
