@@ -68,6 +68,15 @@ func (c *Context[K, Out]) Key() K { return c.key }
 // Emit sends v downstream.
 func (c *Context[K, Out]) Emit(v Out) error { return c.out.collect(v) }
 
+// EmitAt sends v downstream with event time ts instead of the record's.
+func (c *Context[K, Out]) EmitAt(v Out, ts time.Time) error {
+	saved := c.cursor.Timestamp
+	c.cursor.Timestamp = ts.UnixMilli()
+	err := c.out.collect(v)
+	c.cursor.Timestamp = saved
+	return err
+}
+
 // Position is where the record at hand came from.
 func (c *Context[K, Out]) Position() Position { return *c.cursor }
 

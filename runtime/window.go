@@ -81,6 +81,37 @@ func SessionWindows(gap time.Duration) WindowAssigner {
 	return w
 }
 
+// Windows returns the windows a record at ts belongs to (none for session
+// windows, which merge); for operators built on the assigner, as joins.
+func (w WindowAssigner) Windows(ts time.Time) []Window {
+	if w.kind == session || w.invalid != nil || w.kind == 0 {
+		return nil
+	}
+	t := ts.UnixMilli()
+	var out []Window
+	for start := t - mod(t, w.slide); start > t-w.size; start -= w.slide {
+		out = append(out, Window{Start: time.UnixMilli(start), End: time.UnixMilli(start + w.size)})
+	}
+	return out
+}
+
+// Size is the length of the assigner's windows (0 for session windows).
+func (w WindowAssigner) Size() time.Duration { return time.Duration(w.size) * time.Millisecond }
+
+// Err says why the assigner is not valid, or whether it is a session
+// assigner where fixed windows are needed (fixed true).
+func (w WindowAssigner) Err(fixed bool) error {
+	switch {
+	case w.kind == 0:
+		return errors.New("no window assigner (TumblingWindows, SlidingWindows, SessionWindows)")
+	case w.invalid != nil:
+		return w.invalid
+	case fixed && w.kind == session:
+		return errors.New("session windows do not fit here: use tumbling or sliding windows")
+	}
+	return nil
+}
+
 // WindowOptions are a window operator's settings.
 type WindowOptions struct {
 	// AllowedLateness keeps a window's state this long (in event time)
