@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/weirstream/weir/checkpoint"
 )
@@ -336,4 +337,43 @@ func Sink[T any](in *Port[T], name string, factory SinkFactory[T]) {
 		})
 		return nil
 	}
+}
+
+// --- WithEventTime --------------------------------------------------------
+
+// Timed is a record with its event time, for code that does not see the
+// record's Position: a sink that writes the time into Kafka records, which
+// a source reads back as their event time.
+type Timed[T any] struct {
+	Value T
+	Time  time.Time
+}
+
+type timedOp[T any] struct {
+	opBase
+	out endpoint[Timed[T]]
+}
+
+func (o *timedOp[T]) collect(v T) error {
+	return o.out.collect(Timed[T]{Value: v, Time: time.UnixMilli(o.cursor.Timestamp)})
+}
+
+func (o *timedOp[T]) collectBatch(vals []T, pos []Position) error {
+	return eachRecord(o.cursor, o.collect, vals, pos)
+}
+
+func (o *timedOp[T]) watermark(w wmark) error { return o.out.watermark(w) }
+
+func (o *timedOp[T]) barrier(id checkpoint.ID) error {
+	o.ackStateless(id)
+	return o.out.barrier(id)
+}
+
+func (o *timedOp[T]) end() error { return o.out.end() }
+
+// WithEventTime pairs each record with its event time.
+func WithEventTime[T any](in *Port[T], name string) *Port[Timed[T]] {
+	return addSingle(in, name, true, func(b opBase, out endpoint[Timed[T]]) endpoint[T] {
+		return &timedOp[T]{opBase: b, out: out}
+	})
 }

@@ -20,6 +20,9 @@ func newEncoder[T any](c Codec[T]) encoder[T] {
 	return e
 }
 
+// Encode appends c's encoding of v to dst, with AppendChecked if c has it.
+func Encode[T any](c Codec[T], dst []byte, v T) ([]byte, error) { return newEncoder(c).append(dst, v) }
+
 func (e encoder[T]) append(dst []byte, v T) ([]byte, error) {
 	if e.checked != nil {
 		return e.checked.AppendChecked(dst, v)

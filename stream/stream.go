@@ -58,6 +58,15 @@ type (
 	WindowOptions = runtime.WindowOptions
 )
 
+// Timed is a record with its event time (WithEventTime).
+type Timed[T any] = runtime.Timed[T]
+
+// WithEventTime pairs each record with its event time, for code that does
+// not see the record's position (a sink encoder).
+func WithEventTime[T any](s Stream[T], name string) Stream[Timed[T]] {
+	return Stream[Timed[T]]{p: runtime.WithEventTime(s.p, name)}
+}
+
 // Tumbling windows of size, one after the other: each record is in one.
 func Tumbling(size time.Duration) WindowAssigner { return runtime.TumblingWindows(size) }
 

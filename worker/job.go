@@ -62,6 +62,9 @@ type Wiring struct {
 	stats *Stats
 	kgo   *kpromSet // kgo client metrics of the tasks' sources
 	errs  []error
+	// internal are the job's internal topics (Repartition), created at
+	// start with the input's partition count.
+	internal []string
 }
 
 // Config is the worker's configuration (read only).
@@ -163,11 +166,12 @@ func (c countingWriter[T]) Write(ctx context.Context, v T) error {
 	return nil
 }
 
-// buildPlan builds the plan of the job c names among jobs.
-func buildPlan(c *Config, jobs []Job, st *Stats, k *kpromSet) (*runtime.Plan, error) {
+// buildPlan builds the plan of the job c names among jobs, and lists the
+// internal topics it needs.
+func buildPlan(c *Config, jobs []Job, st *Stats, k *kpromSet) (*runtime.Plan, []string, error) {
 	j, err := pickJob(c, jobs)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	job := stream.NewJob(c.name())
 	w := &Wiring{cfg: c, stats: st, kgo: k}
@@ -175,9 +179,10 @@ func buildPlan(c *Config, jobs []Job, st *Stats, k *kpromSet) (*runtime.Plan, er
 		w.errs = append(w.errs, err)
 	}
 	if err := errors.Join(w.errs...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return job.Build()
+	plan, err := job.Build()
+	return plan, w.internal, err
 }
 
 // pickJob finds the job c names; with one job and no name, that one.

@@ -144,8 +144,12 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	}
 	reg := prometheus.NewRegistry()
 	w.kgoMetrics = newKpromSet()
-	if w.plan, err = buildPlan(c, jobs, w.stats, w.kgoMetrics); err != nil {
+	var internal []string
+	if w.plan, internal, err = buildPlan(c, jobs, w.stats, w.kgoMetrics); err != nil {
 		return cli.UsageError{Err: err}
+	}
+	if err := createInternalTopics(ctx, c.Brokers, internal, parts); err != nil {
+		return err
 	}
 	stateDir, unlock, err := lockStateDir(c.stateDir())
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -50,8 +51,8 @@ func (c *generateConfig) Validate() error {
 	if c.Topic == "" {
 		bad("topic", "required")
 	}
-	if c.Job != "count" && c.Job != "balance" {
-		bad("job", "%q, want count or balance", c.Job)
+	if c.Job != "count" && c.Job != "balance" && c.Job != "wordcount" {
+		bad("job", "%q, want count, balance or wordcount", c.Job)
 	}
 	if c.Records < 0 {
 		bad("records", "must not be negative, got %d", c.Records)
@@ -98,7 +99,7 @@ func parseGenerate(args []string, lookup func(string) (string, bool), stderr io.
 	fs := cli.NewFlagSet("processor generate", "Write numbered test records to --topic: count records (key k<i%keys>, value <i>)\nor balance transfers (key acc-<i%keys>, value {\"id\":\"t-<i>\",\"account\":...,\"amount\":...}).", stderr)
 	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
 	fs.StringVar(&c.Topic, "topic", c.Topic, "topic to write (required)")
-	fs.StringVar(&c.Job, "job", c.Job, "record format: count or balance")
+	fs.StringVar(&c.Job, "job", c.Job, "record format: count, balance or wordcount (lines of 5 words, --keys distinct)")
 	fs.Int64Var(&c.Records, "records", c.Records, "number of records")
 	fs.Int64Var(&c.From, "from", c.From, "number of the first record")
 	fs.IntVar(&c.Keys, "keys", c.Keys, "number of distinct keys (accounts)")
@@ -197,6 +198,15 @@ func ensureTopic(ctx context.Context, adm *kadm.Client, topic string, create boo
 
 func generatedRecord(job string, i int64, keys int) (*kgo.Record, error) {
 	k := i % int64(keys)
+	if job == "wordcount" {
+		// Line i: 5 words of the vocabulary w0..w<keys-1>, keyed by
+		// nothing its words have to do with.
+		words := make([]string, 5)
+		for j := range words {
+			words[j] = "w" + strconv.FormatInt((i*7+int64(j)*13)%int64(keys), 10)
+		}
+		return &kgo.Record{Key: []byte("line-" + strconv.FormatInt(i, 10)), Value: []byte(strings.Join(words, " "))}, nil
+	}
 	if job == "balance" {
 		return balance.EncodeTransfer(balance.Transfer{
 			ID:      "t-" + strconv.FormatInt(i, 10),

@@ -1,6 +1,6 @@
 // Command processor is the weir worker binary.
 //
-//	processor run       run tasks of a job (count or balance) on Kafka
+//	processor run       run tasks of a job (count, balance or wordcount) on Kafka
 //	processor generate  write numbered test records (count) or transfers (balance) to a topic
 //	processor verify    check that a job's committed output has every input exactly once
 //	processor checkpoints list|inspect
@@ -25,13 +25,14 @@ import (
 
 	"github.com/weirstream/weir/examples/balance"
 	"github.com/weirstream/weir/examples/count"
+	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/worker"
 )
 
 const usage = `usage: processor <command> [flags]
 
 commands:
-  run       run a worker of a job on Kafka (count or balance); workers of one
+  run       run a worker of a job on Kafka (count, balance, wordcount); workers of one
             job share its tasks through a consumer group
   generate  write test records to a topic
   verify    read input and output read_committed and check exactly-once
@@ -107,6 +108,7 @@ func runDrainable(ctx context.Context, drain <-chan struct{}, args []string, loo
 var jobs = []worker.Job{
 	worker.Pipeline("count", count.Decode, count.Encode, count.Build),
 	worker.Pipeline("balance", balance.Decode, balance.Encode, balance.Build),
+	wordcount.Job(),
 }
 
 func runCommand(ctx context.Context, drain <-chan struct{}, args []string, lookup func(string) (string, bool), stderr io.Writer) error {

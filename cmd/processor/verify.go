@@ -14,6 +14,7 @@ import (
 
 	"github.com/weirstream/weir/examples/balance"
 	"github.com/weirstream/weir/examples/count"
+	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/internal/cli"
 )
 
@@ -31,8 +32,8 @@ type verifyConfig struct {
 
 func (c *verifyConfig) Validate() error {
 	errs := cli.CheckBrokers(c.Brokers)
-	if c.Job != "count" && c.Job != "balance" {
-		errs = append(errs, fmt.Errorf("--job: %q, want count or balance", c.Job))
+	if c.Job != "count" && c.Job != "balance" && c.Job != "wordcount" {
+		errs = append(errs, fmt.Errorf("--job: %q, want count, balance or wordcount", c.Job))
 	}
 	if c.Input == "" {
 		errs = append(errs, errors.New("--input: required"))
@@ -73,11 +74,14 @@ func (v Verdict) Clean() bool {
 }
 
 func (v Verdict) String() string {
-	totals := "wrong sums"
-	if v.job == "balance" {
+	totals, in := "wrong sums", "records in"
+	switch v.job {
+	case "balance":
 		totals = "wrong balances"
+	case "wordcount":
+		totals, in = "wrong counts", "words in"
 	}
-	s := fmt.Sprintf("records in %d, records out %d, duplicates %d, missing %d, %s %d", v.In, v.Out, v.Duplicates, v.Missing, totals, v.WrongTotals)
+	s := fmt.Sprintf("%s %d, records out %d, duplicates %d, missing %d, %s %d", in, v.In, v.Out, v.Duplicates, v.Missing, totals, v.WrongTotals)
 	if v.BadInput > 0 {
 		s += fmt.Sprintf(", undecodable input %d", v.BadInput)
 	}
@@ -127,7 +131,7 @@ func parseVerify(args []string, lookup func(string) (string, bool), stderr io.Wr
 	c := verifyConfig{Brokers: []string{"127.0.0.1:9092"}, Job: "count", Timeout: 2 * time.Minute}
 	fs := cli.NewFlagSet("processor verify", "Read --input and --output read_committed up to their last stable offsets and check that\nthe output has the effect of every input record exactly once. Exits 1 if not.", stderr)
 	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
-	fs.StringVar(&c.Job, "job", c.Job, "the job that wrote the output: count or balance")
+	fs.StringVar(&c.Job, "job", c.Job, "the job that wrote the output: count, balance or wordcount")
 	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
 	fs.StringVar(&c.Output, "output", c.Output, "output topic (required)")
 	fs.DurationVar(&c.Timeout, "timeout", c.Timeout, "give up reading after this")
@@ -152,9 +156,12 @@ func verify(ctx context.Context, brokers []string, job, input, output string) (V
 		return Verdict{}, err
 	}
 	var v Verdict
-	if job == "balance" {
+	switch job {
+	case "balance":
 		v = checkBalance(in, out)
-	} else {
+	case "wordcount":
+		v = checkWordcount(in, out)
+	default:
 		v = checkCount(in, out)
 	}
 	v.Notes = notes
@@ -210,6 +217,54 @@ func checkCount(in, out []*kgo.Record) Verdict {
 	for k, counts := range seen {
 		for c, m := range counts {
 			if c < 1 || c > want[k] {
+				v.Duplicates += int64(m)
+			}
+		}
+	}
+	return v
+}
+
+// checkWordcount checks word counts: for each word of the input lines, the
+// output has its counts 1..n, each once (In counts words).
+func checkWordcount(in, out []*kgo.Record) Verdict {
+	want := map[string]int64{}
+	for _, r := range in {
+		for _, w := range wordcount.Words(string(r.Value)) {
+			want[w]++
+		}
+	}
+	v := Verdict{Out: int64(len(out)), job: "wordcount"}
+	seen := map[string]map[int64]int{}
+	last := map[string]int64{}
+	for _, r := range out {
+		var o wordcount.Out
+		if err := json.Unmarshal(r.Value, &o); err != nil || o.Word == "" {
+			v.Malformed++
+			continue
+		}
+		if seen[o.Word] == nil {
+			seen[o.Word] = map[int64]int{}
+		}
+		seen[o.Word][o.Count]++
+		last[o.Word] = max(last[o.Word], o.Count)
+	}
+	for w, n := range want {
+		v.In += n
+		for c := int64(1); c <= n; c++ {
+			switch m := seen[w][c]; {
+			case m == 0:
+				v.Missing++
+			case m > 1:
+				v.Duplicates += int64(m - 1)
+			}
+		}
+		if last[w] != n {
+			v.WrongTotals++
+		}
+	}
+	for w, counts := range seen {
+		for c, m := range counts {
+			if c < 1 || c > want[w] {
 				v.Duplicates += int64(m)
 			}
 		}

@@ -1,0 +1,126 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/sink"
+	"github.com/weirstream/weir/source"
+	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/stream"
+)
+
+// Repartition moves the records of s to the task of a new key, through an
+// internal topic, as Kafka Streams' repartition topics do: each task writes
+// its records, keyed by key (the partition follows the key's hash, as for
+// any Kafka producer), to <name>-<op>-repartition in the transactions of
+// its checkpoints, and reads partition task of that topic read_committed.
+// A record therefore reaches its new task once the checkpoint that wrote
+// it completes: exactly once, one checkpoint interval later. The topic is
+// created at start with the input's partition count (a topic of another
+// count fails the start). Records keep their event time (the Kafka record
+// timestamp); wm, if set, derives watermarks from them after the hop.
+//
+// codec encodes a record as the internal record's value; key must give
+// equal keys for records that belong together.
+func Repartition[T any](w *Wiring, job *stream.Job, s stream.Stream[T], op string, key func(T) []byte, codec state.Codec[T], wm *stream.Watermarks[T]) stream.Stream[T] {
+	c := w.cfg
+	topic := c.name() + "-" + op + "-repartition"
+	w.internal = append(w.internal, topic)
+
+	sc := sink.Config[runtime.Timed[T]]{
+		Brokers: c.Brokers,
+		Topic:   topic,
+		Encode: func(v runtime.Timed[T]) (*kgo.Record, error) {
+			b, err := state.Encode(codec, nil, v.Value)
+			if err != nil {
+				return nil, err
+			}
+			return &kgo.Record{Key: key(v.Value), Value: b, Timestamp: v.Time}, nil
+		},
+		Delivery: c.delivery(),
+	}
+	if c.delivery() == sink.ExactlyOnce {
+		sc.PoolSize = c.poolSize()
+		sc.TransactionTimeout = c.TxnTimeout
+	}
+	out, err := sink.Kafka(sc)
+	if err != nil {
+		w.errs = append(w.errs, fmt.Errorf("repartition %s: %w", op, err))
+		return s
+	}
+	stream.Sink(stream.WithEventTime(s, op+"-time"), op+"-write", out)
+
+	rc := source.Config[T]{
+		Brokers:       c.Brokers,
+		Topics:        []string{topic},
+		Start:         source.StartEarliest,
+		Decode:        func(r *kgo.Record) (T, error) { return codec.Decode(r.Value) },
+		OnDecodeError: source.Fail, // weir wrote it: a record that does not decode is a bug
+		GroupID:       lagGroup(c),
+	}
+	if _, err := source.Kafka(rc); err != nil {
+		w.errs = append(w.errs, fmt.Errorf("repartition %s: %w", op, err))
+		return s
+	}
+	src := func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.SourcePosition) (runtime.SourceReader[T], error) {
+		tc := rc
+		if w.kgo != nil {
+			tc.ClientOpts = append(slices.Clip(tc.ClientOpts), kgo.WithHooks(w.kgo.hook(prometheus.Labels{"task": strconv.Itoa(info.Task), "client": op})))
+		}
+		f, err := source.Kafka(tc)
+		if err != nil {
+			return nil, err
+		}
+		return f(ctx, info, restored)
+	}
+	if wm != nil {
+		return stream.SourceWithWatermarks(job, op+"-read", src, *wm)
+	}
+	return stream.Source(job, op+"-read", src)
+}
+
+// createInternalTopics makes sure each internal topic exists with parts
+// partitions.
+func createInternalTopics(ctx context.Context, brokers []string, topics []string, parts int) error {
+	if len(topics) == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	res, err := adm.CreateTopics(ctx, int32(parts), -1, nil, topics...)
+	if err != nil {
+		return fmt.Errorf("create internal topics %v: %w", topics, err)
+	}
+	var errs []error
+	for _, r := range res.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
+			errs = append(errs, fmt.Errorf("create internal topic %s: %w", r.Topic, r.Err))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	n, err := source.PartitionCount(ctx, brokers, topics)
+	if err != nil {
+		return fmt.Errorf("internal topics %v: %w", topics, err)
+	}
+	if n != parts {
+		return fmt.Errorf("internal topics %v have %d partitions, the input %d: delete them (the job's state goes with them) or keep the input's count", topics, n, parts)
+	}
+	return nil
+}
