@@ -70,6 +70,10 @@ type Ack struct {
 	Committables []Committable    `json:"committables,omitempty"`
 	// Alignment is how long the operator's inputs were blocked aligning.
 	Alignment time.Duration `json:"alignment_ns,omitempty"`
+	// Watermark is the operator's event time at the barrier (Unix ms), if
+	// it has one: a restored operator starts from it, so that records
+	// replayed after a restore meet the event time they met before.
+	Watermark *int64 `json:"watermark,omitempty"`
 }
 
 // FormatVersion is the manifest format this code writes and reads.

@@ -103,7 +103,7 @@ func (c *Context[K, Out]) RegisterEventTimer(ts time.Time) error {
 	if c.etimers == nil {
 		return errors.New("register event timer: the operator has no OnEventTimer function")
 	}
-	return c.etimers.Register(ts)
+	return c.etimers.Register(eventTimerAt(ts))
 }
 
 // DeleteEventTimer removes the current key's event-time timer at ts.
@@ -111,7 +111,7 @@ func (c *Context[K, Out]) DeleteEventTimer(ts time.Time) error {
 	if c.etimers == nil {
 		return errors.New("delete event timer: the operator has no OnEventTimer function")
 	}
-	return c.etimers.Delete(ts)
+	return c.etimers.Delete(eventTimerAt(ts))
 }
 
 // RegisterTimer asks for OnTimer to be called for the current key at (or
@@ -204,8 +204,9 @@ func fireEventTimers[K, Out any](k *keyedState, codec state.Codec[K], ctx *Conte
 	}
 	saved := *k.cursor
 	defer func() { *k.cursor = saved }()
-	return k.etimers.FireDue(watermarkTime(k.wm), func(ts time.Time) (err error) {
+	return k.etimers.FireDue(eventTimerLimit(k.wm), func(at time.Time) (err error) {
 		defer k.recoverTo(&err)
+		ts := eventTimeOf(at)
 		key, err := codec.Decode(k.scope.Key())
 		if err != nil {
 			return fmt.Errorf("operator %s: decode event timer key: %w", k.name, err)
@@ -223,6 +224,9 @@ func fireEventTimers[K, Out any](k *keyedState, codec state.Codec[K], ctx *Conte
 // It runs after the factory declared the tables.
 func (k *keyedState) restore(t *task) error {
 	a := t.restoredAck(k.name)
+	if a != nil && a.Watermark != nil {
+		k.wm = *a.Watermark
+	}
 	if a == nil || a.State == nil {
 		return nil
 	}
@@ -255,6 +259,7 @@ func (k *keyedState) snapshot(id checkpoint.ID, alignment time.Duration) {
 		return
 	}
 	t := k.t
+	wm := k.wm
 	dir := checkpoint.OwnerDir(t.job, t.id, id, t.epoch, t.attempt) + k.name + "/"
 	shared := checkpoint.SharedDir(t.job, t.id) + k.name + "/"
 	t.uploads.Go(func() {
@@ -264,7 +269,11 @@ func (k *keyedState) snapshot(id checkpoint.ID, alignment time.Duration) {
 			t.decline(id, fmt.Errorf("operator %s: upload state: %w", k.name, err))
 			return
 		}
-		t.ack(id, checkpoint.Ack{Operator: k.name, State: &h, Alignment: alignment})
+		a := checkpoint.Ack{Operator: k.name, State: &h, Alignment: alignment}
+		if wm != noWatermark {
+			a.Watermark = &wm
+		}
+		t.ack(id, a)
 	})
 }
 

@@ -188,6 +188,14 @@ func (m *multiRoot) run(ctx context.Context) error {
 	}
 }
 
+// restoreWatermark starts the combined watermark from the checkpoint's: an
+// input that has sent none yet holds it there, not below.
+func (m *multiRoot) restoreWatermark() {
+	if a := m.t.restoredAck(m.name); a != nil && a.Watermark != nil {
+		m.wms.out, m.wms.sent = wmark{ts: *a.Watermark}, true
+	}
+}
+
 func (m *multiRoot) apply(actions []align.Action) (done bool, err error) {
 	for _, a := range actions {
 		switch a := a.(type) {
@@ -228,10 +236,16 @@ func newInput[T any](t *task, n *node, idx int, target func(vals []T, pos []Posi
 type unionOp[T any] struct {
 	opBase
 	out endpoint[T]
+	wms *inputWatermarks
 }
 
 func (u *unionOp[T]) snapshot(id checkpoint.ID, alignment time.Duration) error {
-	u.t.ack(id, checkpoint.Ack{Operator: u.name, Alignment: alignment})
+	a := checkpoint.Ack{Operator: u.name, Alignment: alignment}
+	if u.wms.out.ts != noWatermark {
+		wm := u.wms.out.ts
+		a.Watermark = &wm
+	}
+	u.t.ack(id, a)
 	return u.out.barrier(id)
 }
 
@@ -265,6 +279,8 @@ func Union[T any](name string, ins ...*Port[T]) *Port[T] {
 		r := t.rootOf(n)
 		u := &unionOp[T]{opBase: t.base(n), out: out.output(t)}
 		m := &multiRoot{t: t, r: r, name: n.name, aligner: align.New(len(ins), t.cfg.Mode), op: u, wms: newInputWatermarks(len(ins))}
+		u.wms = &m.wms
+		m.restoreWatermark()
 		for i := range ins {
 			m.inputs = append(m.inputs, newInput(t, n, i, u.out.collectBatch))
 		}
@@ -395,6 +411,7 @@ func CoProcess[K, In1, In2, Out any](in1 *Keyed[K, In1], in2 *Keyed[K, In2], nam
 		}
 		o.ctx = Context[K, Out]{out: o.out, timers: o.timers, etimers: o.etimers, wm: &o.wm, cursor: o.cursor, now: t.now}
 		m := &multiRoot{t: t, r: r, name: n.name, aligner: align.New(2, t.cfg.Mode), op: o, wms: newInputWatermarks(2)}
+		m.restoreWatermark()
 		m.inputs = []input{
 			newInput(t, n, 0, func(vals []In1, pos []Position) error { return eachRecord(o.cursor, o.collect1, vals, pos) }),
 			newInput(t, n, 1, func(vals []In2, pos []Position) error { return eachRecord(o.cursor, o.collect2, vals, pos) }),

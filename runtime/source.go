@@ -124,10 +124,15 @@ func (s *sourceRoot[T]) end() {
 func (s *sourceRoot[T]) trigger(id checkpoint.ID) error {
 	start := time.Now()
 	positions := s.reader.Positions()
+	a := checkpoint.Ack{Operator: s.name, Sources: positions}
 	if s.wm != nil {
 		s.wm.annotate(positions)
+		if s.wm.out.ts != noWatermark {
+			wm := s.wm.out.ts
+			a.Watermark = &wm
+		}
 	}
-	s.t.ack(id, checkpoint.Ack{Operator: s.name, Sources: positions})
+	s.t.ack(id, a)
 	if err := s.out.barrier(id); err != nil {
 		return err
 	}
@@ -178,6 +183,10 @@ func SourceWithWatermarks[T any](g *Graph, name string, factory SourceFactory[T]
 				}
 			}
 			s.wm = newWatermarkGen(strategy.OutOfOrderness, strategy.Idleness, splits, t.now())
+			if a := t.restoredAck(n.name); a != nil && a.Watermark != nil {
+				// Sent first, before the records after the checkpoint.
+				s.wm.out = wmark{ts: *a.Watermark}
+			}
 			s.tsFn = strategy.Timestamp
 		}
 		r.run = s.run

@@ -57,6 +57,26 @@ const endOfTime = math.MaxInt64
 // noWatermark is the watermark before the first one.
 const noWatermark = math.MinInt64
 
+// eventTimerBias shifts event-time timers into the times state.Timers keep
+// (after 1970): event times down to 1935 have timers, a record without a
+// timestamp (Kafka's -1) among them.
+const eventTimerBias = 1 << 40 // ms
+
+// eventTimerAt is the timer time of event time ts.
+func eventTimerAt(ts time.Time) time.Time { return ts.Add(eventTimerBias * time.Millisecond) }
+
+// eventTimeOf is the event time of timer time t.
+func eventTimeOf(t time.Time) time.Time { return t.Add(-eventTimerBias * time.Millisecond) }
+
+// eventTimerLimit is the timer time up to which timers are due at
+// watermark wm.
+func eventTimerLimit(wm int64) time.Time {
+	if wm == endOfTime {
+		return time.Unix(0, math.MaxInt64)
+	}
+	return time.UnixMilli(wm + eventTimerBias)
+}
+
 // watermarkTime is ts as a time for timers: the end of time is the latest
 // time there is.
 func watermarkTime(ts int64) time.Time {

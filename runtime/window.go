@@ -221,27 +221,21 @@ func (o *windowOp[K, In, Out]) addTo(v In, start, end int64) error {
 		if err := o.fireNow(ns, start, end); err != nil {
 			return err
 		}
-		return o.etimers.Register(time.UnixMilli(end - 1 + o.lateness))
+		return o.etimers.Register(eventTimerAt(time.UnixMilli(end - 1 + o.lateness)))
 	}
 	return o.setTimers(end)
 }
 
+// setTimers sets the timers of the window ending at end. Timers are per key
+// and time, not per window: a timer another window shares, or one of a
+// window that merged away, finds by startOf what ends then, if anything.
+// So timers are never deleted.
 func (o *windowOp[K, In, Out]) setTimers(end int64) error {
-	if err := o.etimers.Register(time.UnixMilli(end - 1)); err != nil {
+	if err := o.etimers.Register(eventTimerAt(time.UnixMilli(end - 1))); err != nil {
 		return err
 	}
 	if o.lateness > 0 {
-		return o.etimers.Register(time.UnixMilli(end - 1 + o.lateness))
-	}
-	return nil
-}
-
-func (o *windowOp[K, In, Out]) deleteTimers(end int64) error {
-	if err := o.etimers.Delete(time.UnixMilli(end - 1)); err != nil {
-		return err
-	}
-	if o.lateness > 0 {
-		return o.etimers.Delete(time.UnixMilli(end - 1 + o.lateness))
+		return o.etimers.Register(eventTimerAt(time.UnixMilli(end - 1 + o.lateness)))
 	}
 	return nil
 }
@@ -257,12 +251,10 @@ func (o *windowOp[K, In, Out]) fireNow(ns []byte, start, end int64) error {
 }
 
 // addToSession puts v into the key's session windows: [ts, ts+gap) merged
-// with every session it overlaps.
+// with every session it overlaps. Whether v is late is judged on the merged
+// session, as Flink does.
 func (o *windowOp[K, In, Out]) addToSession(v In, ts int64) error {
 	start, end := ts, ts+o.assigner.gap
-	if o.tooLate(end) {
-		return o.late.collect(v)
-	}
 	type span struct{ start, end int64 }
 	var overlapping []span
 	err := o.sessions.Range(func(s, e int64) error {
@@ -277,13 +269,11 @@ func (o *windowOp[K, In, Out]) addToSession(v In, ts int64) error {
 	for _, s := range overlapping {
 		start, end = min(start, s.start), max(end, s.end)
 	}
+	if o.tooLate(end) {
+		return o.late.collect(v)
+	}
 	dst := o.ns(&o.nsBuf, start)
 	for _, s := range overlapping {
-		if s.end != end {
-			if err := o.deleteTimers(s.end); err != nil {
-				return err
-			}
-		}
 		if s.start != start {
 			if err := o.contents.merge(dst, o.ns(&o.nsBuf2, s.start)); err != nil {
 				return err
@@ -384,7 +374,8 @@ func (o *windowOp[K, In, Out]) clearWindow(ns []byte, start int64) error {
 func (o *windowOp[K, In, Out]) watermark(w wmark) error {
 	if o.advance(w) {
 		saved := *o.cursor
-		err := o.etimers.FireDue(watermarkTime(o.wm), func(ts time.Time) error {
+		err := o.etimers.FireDue(eventTimerLimit(o.wm), func(at time.Time) error {
+			ts := eventTimeOf(at)
 			o.cursor.Timestamp = ts.UnixMilli()
 			return o.onTimer(ts)
 		})

@@ -20,20 +20,26 @@ import (
 	"github.com/weirstream/weir/stream"
 )
 
-// Repartition moves the records of s to the task of a new key, through an
-// internal topic, as Kafka Streams' repartition topics do: each task writes
-// its records, keyed by key (the partition follows the key's hash, as for
-// any Kafka producer), to <name>-<op>-repartition in the transactions of
-// its checkpoints, and reads partition task of that topic read_committed.
-// A record therefore reaches its new task once the checkpoint that wrote
-// it completes: exactly once, one checkpoint interval later. The topic is
-// created at start with the input's partition count (a topic of another
-// count fails the start). Records keep their event time (the Kafka record
-// timestamp); wm, if set, derives watermarks from them after the hop.
+// Repartition keys s by key, moving each record to the task of its key
+// through an internal topic, as Kafka Streams' repartition topics do: each
+// task writes its records, with key encoded by keyCodec as the Kafka key
+// (the partition follows its hash, as for any Kafka producer), to
+// <name>-<op>-repartition in the transactions of its checkpoints, and reads
+// partition task of that topic read_committed. A record therefore reaches
+// its new task once the checkpoint that wrote it completes: exactly once,
+// one checkpoint interval later. It returns the stream keyed by the same
+// key and codec, so the state downstream follows the partitioning.
 //
-// codec encodes a record as the internal record's value; key must give
-// equal keys for records that belong together.
-func Repartition[T any](w *Wiring, job *stream.Job, s stream.Stream[T], op string, key func(T) []byte, codec state.Codec[T], wm *stream.Watermarks[T]) stream.Stream[T] {
+// The topic is created at start with the input's partition count (a topic
+// of another count fails the start) and keeps its records (retention.ms
+// -1, as Kafka Streams sets it). Records keep their event time (the Kafka
+// record timestamp); wm, if set, derives watermarks from them after the
+// hop. A partition of the topic interleaves the tasks' checkpoints, so its
+// out-of-orderness must cover a checkpoint interval and the skew between
+// the tasks, and more after a task restores.
+//
+// codec encodes a record as the internal record's value.
+func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op string, key func(T) K, keyCodec state.Codec[K], codec state.Codec[T], wm *stream.Watermarks[T]) stream.KeyedStream[K, T] {
 	c := w.cfg
 	topic := c.name() + "-" + op + "-repartition"
 	w.internal = append(w.internal, topic)
@@ -46,7 +52,7 @@ func Repartition[T any](w *Wiring, job *stream.Job, s stream.Stream[T], op strin
 			if err != nil {
 				return nil, err
 			}
-			return &kgo.Record{Key: key(v.Value), Value: b, Timestamp: v.Time}, nil
+			return &kgo.Record{Key: keyCodec.Append(nil, key(v.Value)), Value: b, Timestamp: v.Time}, nil
 		},
 		Delivery: c.delivery(),
 	}
@@ -57,7 +63,7 @@ func Repartition[T any](w *Wiring, job *stream.Job, s stream.Stream[T], op strin
 	out, err := sink.Kafka(sc)
 	if err != nil {
 		w.errs = append(w.errs, fmt.Errorf("repartition %s: %w", op, err))
-		return s
+		return stream.KeyBy(s, op, key, keyCodec)
 	}
 	stream.Sink(stream.WithEventTime(s, op+"-time"), op+"-write", out)
 
@@ -71,7 +77,7 @@ func Repartition[T any](w *Wiring, job *stream.Job, s stream.Stream[T], op strin
 	}
 	if _, err := source.Kafka(rc); err != nil {
 		w.errs = append(w.errs, fmt.Errorf("repartition %s: %w", op, err))
-		return s
+		return stream.KeyBy(s, op, key, keyCodec)
 	}
 	src := func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.SourcePosition) (runtime.SourceReader[T], error) {
 		tc := rc
@@ -84,10 +90,13 @@ func Repartition[T any](w *Wiring, job *stream.Job, s stream.Stream[T], op strin
 		}
 		return f(ctx, info, restored)
 	}
+	var read stream.Stream[T]
 	if wm != nil {
-		return stream.SourceWithWatermarks(job, op+"-read", src, *wm)
+		read = stream.SourceWithWatermarks(job, op+"-read", src, *wm)
+	} else {
+		read = stream.Source(job, op+"-read", src)
 	}
-	return stream.Source(job, op+"-read", src)
+	return stream.KeyBy(read, op, key, keyCodec)
 }
 
 // createInternalTopics makes sure each internal topic exists with parts
@@ -102,7 +111,10 @@ func createInternalTopics(ctx context.Context, brokers []string, topics []string
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
-	res, err := adm.CreateTopics(ctx, int32(parts), -1, nil, topics...)
+	// Kept until deleted: records wait for a checkpoint's commit and may
+	// carry old event times, which time-based retention would judge by.
+	retention := "-1"
+	res, err := adm.CreateTopics(ctx, int32(parts), -1, map[string]*string{"retention.ms": &retention}, topics...)
 	if err != nil {
 		return fmt.Errorf("create internal topics %v: %w", topics, err)
 	}

@@ -27,7 +27,6 @@ const (
 	SourceName      = "lines"
 	SplitName       = "split"
 	RepartitionName = "by-word"
-	KeyByName       = "word"
 	CountName       = "count"
 	SinkName        = "output"
 )
@@ -66,9 +65,8 @@ func Build(w *worker.Wiring, job *stream.Job) error {
 		}
 		return nil
 	})
-	byWord := worker.Repartition(w, job, words, RepartitionName, func(word string) []byte { return []byte(word) }, state.String(), nil)
-	keyed := stream.KeyBy(byWord, KeyByName, func(word string) string { return word }, state.String())
-	counts := stream.Process(keyed, CountName, func(s *stream.Setup) (stream.Processor[string, string, Out], error) {
+	byWord := worker.Repartition(w, job, words, RepartitionName, func(word string) string { return word }, state.String(), state.String(), nil)
+	counts := stream.Process(byWord, CountName, func(s *stream.Setup) (stream.Processor[string, string, Out], error) {
 		count, err := stream.ValueState(s, "count", state.Int64())
 		if err != nil {
 			return stream.Processor[string, string, Out]{}, err
