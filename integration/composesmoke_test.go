@@ -184,14 +184,7 @@ func TestComposeSmoke(t *testing.T) {
 	assignment := waitEachTaskOnce(ctx, t, live, s.workers, partitions, 90*time.Second)
 	t.Logf("tasks on the live workers: %v", assignment)
 	// The killed worker's tasks moved through their checkpoints in S3.
-	restores := 0
-	for _, w := range live {
-		for _, l := range w.Lines() {
-			if logMsg(l) == msgTaskRestored && logInt(l, "from_checkpoint") > 0 {
-				restores++
-			}
-		}
-	}
+	restores := checkpointRestores(live)
 	t.Logf("%d task restores from a checkpoint", restores)
 	if restores == 0 {
 		t.Error("no task was restored from a checkpoint: the kill moved nothing through S3")

@@ -489,20 +489,27 @@ func testGroupChaos(t *testing.T, c *testcluster.Cluster, b *testcluster.Bucket)
 		}
 	}
 	if b != nil {
-		restores := 0 // tasks a worker took over from a checkpoint
-		for _, p := range workers {
-			for _, l := range p.Lines() {
-				if logMsg(l) == msgTaskRestored && logInt(l, "from_checkpoint") > 0 {
-					restores++
-				}
-			}
-		}
+		restores := checkpointRestores(workers)
 		t.Logf("%d task restores from a checkpoint in S3", restores)
 		if restores == 0 {
 			t.Errorf("no task restored from a checkpoint in S3: the hand-offs tested nothing of S3")
 		}
 		checkS3Checkpoints(ctx, t, b, j)
 	}
+}
+
+// checkpointRestores counts the tasks the workers restored from a
+// checkpoint (taken over from another worker, or after a restart).
+func checkpointRestores(workers []*proc) int {
+	n := 0
+	for _, p := range workers {
+		for _, l := range p.Lines() {
+			if logMsg(l) == msgTaskRestored && logInt(l, "from_checkpoint") > 0 {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // handoff is one task moving: from its disruption to the first record the

@@ -3,7 +3,6 @@ package runtime_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -200,26 +199,11 @@ func TestEventTimeWindows(t *testing.T) {
 func TestEventTimeWindowsAcrossRestores(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(uint64(seed), 1))
 	const records, parts, failures = 60000, 2, 15
-	var points []int64
-	for range failures {
-		points = append(points, rng.Int64N(records*parts))
-	}
-	slices.Sort(points)
-	var processed, next, failed atomic.Int64
-	fail := func() error {
-		n := processed.Add(1)
-		i := next.Load()
-		if int(i) < len(points) && n >= points[i] && next.CompareAndSwap(i, i+1) {
-			failed.Add(1)
-			return fmt.Errorf("injected failure %d", i+1)
-		}
-		return nil
-	}
+	in := newInjector(uint64(seed), failures, records*parts)
 	var late, early atomic.Int64
 	store := newTxnStore[windowCount]()
-	plan := windowJob(t, records, fail, &late, &early, store.sink())
+	plan := windowJob(t, records, in.fail, &late, &early, store.sink())
 	err := runtime.Run(t.Context(), plan, runtime.Config{
 		Tasks:          []int{0, 1},
 		Storage:        checkpoint.NewMemory(checkpoint.MemoryOptions{}),
@@ -232,8 +216,8 @@ func TestEventTimeWindowsAcrossRestores(t *testing.T) {
 	if err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
-	if failed.Load() != failures {
-		t.Fatalf("%d failures injected, want %d", failed.Load(), failures)
+	if in.failed.Load() != failures {
+		t.Fatalf("%d failures injected, want %d", in.failed.Load(), failures)
 	}
 	if late.Load() != 0 {
 		t.Errorf("%d records late after restores, want none", late.Load())

@@ -3,8 +3,6 @@ package runtime_test
 import (
 	"fmt"
 	"math/rand/v2"
-	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,24 +175,9 @@ func TestJoins(t *testing.T) {
 	for _, tc := range joinCases(seed, records) {
 		for _, failures := range []int{0, 10} {
 			t.Run(fmt.Sprintf("%s/failures-%d", tc.name, failures), func(t *testing.T) {
-				rng := rand.New(rand.NewPCG(seed, 9))
-				var points []int64
-				for range failures {
-					points = append(points, rng.Int64N(2*records*jParts))
-				}
-				slices.Sort(points)
-				var processed, next, failed atomic.Int64
-				fail := func() error {
-					n := processed.Add(1)
-					i := next.Load()
-					if int(i) < len(points) && n >= points[i] && next.CompareAndSwap(i, i+1) {
-						failed.Add(1)
-						return fmt.Errorf("injected failure %d", i+1)
-					}
-					return nil
-				}
+				in := newInjector(seed, failures, 2*records*jParts)
 				store := newTxnStore[jPair]()
-				plan := joinJob(t, seed, records, fail, tc.join, store.sink())
+				plan := joinJob(t, seed, records, in.fail, tc.join, store.sink())
 				err := runtime.Run(t.Context(), plan, runtime.Config{
 					Tasks:          []int{0, 1},
 					Storage:        checkpoint.NewMemory(checkpoint.MemoryOptions{}),
@@ -207,8 +190,8 @@ func TestJoins(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if int(failed.Load()) != failures {
-					t.Fatalf("%d failures injected, want %d", failed.Load(), failures)
+				if int(in.failed.Load()) != failures {
+					t.Fatalf("%d failures injected, want %d", in.failed.Load(), failures)
 				}
 				checkPairs(t, store.visible(), tc.want)
 			})

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -333,24 +332,9 @@ func runWindows(t *testing.T, seed uint64, records int64, lateness bool, build f
 			events = append(events, gen(p, i))
 		}
 	}
-	rng := rand.New(rand.NewPCG(seed, 7))
-	var points []int64
-	for range failures {
-		points = append(points, rng.Int64N(records*wParts))
-	}
-	slices.Sort(points)
-	var processed, next, failed atomic.Int64
-	fail := func() error {
-		n := processed.Add(1)
-		i := next.Load()
-		if int(i) < len(points) && n >= points[i] && next.CompareAndSwap(i, i+1) {
-			failed.Add(1)
-			return fmt.Errorf("injected failure %d", i+1)
-		}
-		return nil
-	}
+	in := newInjector(seed, failures, records*wParts)
 	store := newTxnStore[wOut]()
-	plan := windowsJob(t, records, gen, fail, build, store.sink())
+	plan := windowsJob(t, records, gen, in.fail, build, store.sink())
 	cfg := runtime.Config{
 		Tasks:          []int{0, 1},
 		Storage:        checkpoint.NewMemory(checkpoint.MemoryOptions{}),
@@ -365,8 +349,8 @@ func runWindows(t *testing.T, seed uint64, records int64, lateness bool, build f
 	if err := runtime.Run(t.Context(), plan, cfg); err != nil {
 		t.Fatalf("seed %d: %v", seed, err)
 	}
-	if int(failed.Load()) != failures {
-		t.Fatalf("%d failures injected, want %d", failed.Load(), failures)
+	if int(in.failed.Load()) != failures {
+		t.Fatalf("%d failures injected, want %d", in.failed.Load(), failures)
 	}
 	checkFirings(t, store.visible(), events, want(events))
 }

@@ -43,6 +43,16 @@ func newSequence() *sequence { return &sequence{next: time.Now().UnixNano()} }
 
 func (s *sequence) take() int64 { s.next++; return s.next }
 
+// buffers declares a join's keyed buffers of both sides, in event time order.
+func buffers[A, B any](s *Setup, ca state.Codec[A], cb state.Codec[B]) (*state.Map[seqKey, A], *state.Map[seqKey, B], error) {
+	left, err := MapState(s, "left", state.Codec[seqKey](seqKeyCodec{}), ca)
+	if err != nil {
+		return nil, nil, err
+	}
+	right, err := MapState(s, "right", state.Codec[seqKey](seqKeyCodec{}), cb)
+	return left, right, err
+}
+
 func late[K, Out any](ctx *Context[K, Out], ts int64) bool {
 	wm := ctx.Watermark()
 	return !wm.IsZero() && ts <= wm.UnixMilli()
@@ -62,11 +72,7 @@ func IntervalJoin[K, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], na
 		if join == nil {
 			return CoProcessor[K, A, B, Out]{}, fmt.Errorf("interval join %q: join function is nil", name)
 		}
-		left, err := MapState(s, "left", state.Codec[seqKey](seqKeyCodec{}), ca)
-		if err != nil {
-			return CoProcessor[K, A, B, Out]{}, err
-		}
-		right, err := MapState(s, "right", state.Codec[seqKey](seqKeyCodec{}), cb)
+		left, right, err := buffers(s, ca, cb)
 		if err != nil {
 			return CoProcessor[K, A, B, Out]{}, err
 		}
@@ -164,11 +170,7 @@ func WindowJoin[K, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], name
 			return CoProcessor[K, A, B, Out]{}, errors.New("window join: join function is nil")
 		}
 		// Buffered per window: the key is (window start, sequence).
-		left, err := MapState(s, "left", state.Codec[seqKey](seqKeyCodec{}), ca)
-		if err != nil {
-			return CoProcessor[K, A, B, Out]{}, err
-		}
-		right, err := MapState(s, "right", state.Codec[seqKey](seqKeyCodec{}), cb)
+		left, right, err := buffers(s, ca, cb)
 		if err != nil {
 			return CoProcessor[K, A, B, Out]{}, err
 		}

@@ -1,0 +1,36 @@
+package runtime_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+)
+
+// injector fails records at points drawn at random among the first total
+// records processed (replays count again, so each point fails once).
+type injector struct {
+	points                  []int64
+	processed, next, failed atomic.Int64
+}
+
+func newInjector(seed uint64, n int, total int64) *injector {
+	rng := rand.New(rand.NewPCG(seed, 0x1a7))
+	in := &injector{}
+	for range n {
+		in.points = append(in.points, rng.Int64N(total))
+	}
+	slices.Sort(in.points)
+	return in
+}
+
+// fail is the function a job calls on each record.
+func (in *injector) fail() error {
+	n := in.processed.Add(1)
+	i := in.next.Load()
+	if int(i) < len(in.points) && n >= in.points[i] && in.next.CompareAndSwap(i, i+1) {
+		in.failed.Add(1)
+		return fmt.Errorf("injected failure %d", i+1)
+	}
+	return nil
+}
