@@ -199,7 +199,7 @@ func TestEventTimeWindows(t *testing.T) {
 func TestEventTimeWindowsAcrossRestores(t *testing.T) {
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
-	const records, parts, failures = 60000, 2, 15
+	const records, parts, failures = 24000 / raceScale, 2, 10
 	in := newInjector(uint64(seed), failures, records*parts)
 	var late, early atomic.Int64
 	store := newTxnStore[windowCount]()

@@ -169,7 +169,7 @@ func joinCases(seed uint64, records int64) []struct {
 // TestJoins checks interval and window joins against a reference computed
 // offline from random out-of-order input, without and with failures.
 func TestJoins(t *testing.T) {
-	const records = 2500
+	const records = 1500 / raceScale
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	for _, tc := range joinCases(seed, records) {

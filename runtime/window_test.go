@@ -294,7 +294,7 @@ func windowCases() []struct {
 }
 
 func TestWindows(t *testing.T) {
-	const records = 30000
+	const records = 12000 / raceScale
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	for _, tc := range windowCases() {
@@ -310,12 +310,12 @@ func TestWindows(t *testing.T) {
 // timers and watermarks must come back from each restore so that the
 // output is the reference still.
 func TestWindowsAcrossRestores(t *testing.T) {
-	const records = 60000
+	const records = 24000 / raceScale
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	for _, tc := range windowCases() {
 		t.Run(tc.name, func(t *testing.T) {
-			runWindows(t, seed, records, tc.lateness, tc.build, tc.want, "pebble", 12)
+			runWindows(t, seed, records, tc.lateness, tc.build, tc.want, "pebble", 8)
 		})
 	}
 }
