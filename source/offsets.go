@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -30,6 +31,30 @@ func PartitionCount(ctx context.Context, brokers, topics []string, opts ...kgo.O
 	}
 	defer cl.Close()
 	return partitionCount(ctx, kadm.NewClient(cl), topics)
+}
+
+// PartitionCountWait is PartitionCount that waits up to wait for topics
+// the broker does not know yet: a topic just created reaches the brokers'
+// metadata a moment later.
+func PartitionCountWait(ctx context.Context, brokers, topics []string, wait time.Duration, opts ...kgo.Opt) (int, error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
+	if err != nil {
+		return 0, fmt.Errorf("partition count: %w", err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(wait)
+	for {
+		n, err := partitionCount(ctx, adm, topics)
+		if !errors.Is(err, kerr.UnknownTopicOrPartition) || time.Now().After(deadline) {
+			return n, err
+		}
+		select { // pacing: the broker gives no signal when metadata lands
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 func partitionCount(ctx context.Context, adm *kadm.Client, topics []string) (int, error) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -127,7 +128,7 @@ func createInternalTopics(ctx context.Context, brokers []string, topics []string
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	n, err := source.PartitionCount(ctx, brokers, topics)
+	n, err := source.PartitionCountWait(ctx, brokers, topics, 30*time.Second)
 	if err != nil {
 		return fmt.Errorf("internal topics %v: %w", topics, err)
 	}

@@ -122,7 +122,9 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		return cli.UsageError{Err: err}
 	}
 
-	parts, err := source.PartitionCount(ctx, c.Brokers, []string{c.Input})
+	// A topic created just before the worker starts may not be in the
+	// brokers' metadata yet.
+	parts, err := source.PartitionCountWait(ctx, c.Brokers, []string{c.Input}, 10*time.Second)
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
 		return cli.UsageError{Err: fmt.Errorf("--input: %w", err)}
 	}
