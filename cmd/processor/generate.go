@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/examples/balance"
+	"github.com/weirstream/weir/examples/nexmark"
 	"github.com/weirstream/weir/internal/cli"
 )
 
@@ -51,8 +52,8 @@ func (c *generateConfig) Validate() error {
 	if c.Topic == "" {
 		bad("topic", "required")
 	}
-	if c.Job != "count" && c.Job != "balance" && c.Job != "wordcount" {
-		bad("job", "%q, want count, balance or wordcount", c.Job)
+	if c.Job != "count" && c.Job != "balance" && c.Job != "wordcount" && c.Job != "nexmark" {
+		bad("job", "%q, want count, balance, wordcount or nexmark", c.Job)
 	}
 	if c.Records < 0 {
 		bad("records", "must not be negative, got %d", c.Records)
@@ -99,7 +100,7 @@ func parseGenerate(args []string, lookup func(string) (string, bool), stderr io.
 	fs := cli.NewFlagSet("processor generate", "Write numbered test records to --topic: count records (key k<i%keys>, value <i>)\nor balance transfers (key acc-<i%keys>, value {\"id\":\"t-<i>\",\"account\":...,\"amount\":...}).", stderr)
 	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
 	fs.StringVar(&c.Topic, "topic", c.Topic, "topic to write (required)")
-	fs.StringVar(&c.Job, "job", c.Job, "record format: count, balance or wordcount (lines of 5 words, --keys distinct)")
+	fs.StringVar(&c.Job, "job", c.Job, "record format: count, balance, wordcount (lines of 5 words, --keys distinct) or nexmark (Nexmark events at 10,000/s of event time from the start; the nexmark-q* jobs read them)")
 	fs.Int64Var(&c.Records, "records", c.Records, "number of records")
 	fs.Int64Var(&c.From, "from", c.From, "number of the first record")
 	fs.IntVar(&c.Keys, "keys", c.Keys, "number of distinct keys (accounts)")
@@ -134,12 +135,22 @@ func generate(ctx context.Context, c generateConfig, progress *atomic.Int64) (in
 		return 0, err
 	}
 	start := time.Now()
+	record := func(i int64) (*kgo.Record, error) { return generatedRecord(c.Job, i, c.Keys) }
+	if c.Job == "nexmark" {
+		// Event times start at the generator's start (rounded to the
+		// second), as a live source's would.
+		g, err := nexmark.NewGenerator(nexmark.DefaultConfig(start.Truncate(time.Second)))
+		if err != nil {
+			return 0, err
+		}
+		record = func(i int64) (*kgo.Record, error) { return nexmark.Encode(g.Event(i)) }
+	}
 	var written int64
 	batch := make([]*kgo.Record, 0, c.Batch)
 	for written < c.Records {
 		batch = batch[:0]
 		for i := written; i < c.Records && len(batch) < c.Batch; i++ {
-			r, err := generatedRecord(c.Job, c.From+i, c.Keys)
+			r, err := record(c.From + i)
 			if err != nil {
 				return written, err
 			}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/weirstream/weir/examples/balance"
 	"github.com/weirstream/weir/examples/count"
+	"github.com/weirstream/weir/examples/nexmark"
 	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/worker"
 )
@@ -32,7 +33,7 @@ import (
 const usage = `usage: processor <command> [flags]
 
 commands:
-  run       run a worker of a job on Kafka (count, balance, wordcount); workers of one
+  run       run a worker of a job on Kafka (count, balance, wordcount, nexmark-q0..q8); workers of one
             job share its tasks through a consumer group
   generate  write test records to a topic
   verify    read input and output read_committed and check exactly-once
@@ -105,11 +106,11 @@ func runDrainable(ctx context.Context, drain <-chan struct{}, args []string, loo
 }
 
 // jobs are the example jobs the processor runs (--job).
-var jobs = []worker.Job{
+var jobs = append([]worker.Job{
 	worker.Pipeline("count", count.Decode, count.Encode, count.Build),
 	worker.Pipeline("balance", balance.Decode, balance.Encode, balance.Build),
 	wordcount.Job(),
-}
+}, nexmark.Jobs()...)
 
 func runCommand(ctx context.Context, drain <-chan struct{}, args []string, lookup func(string) (string, bool), stderr io.Writer) error {
 	cfg, err := worker.Parse(args, lookup, stderr)

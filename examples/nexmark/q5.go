@@ -1,0 +1,95 @@
+package nexmark
+
+import (
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/stream"
+)
+
+// Q5's sliding windows.
+const (
+	Q5Size  = 10 * time.Second
+	Q5Slide = 2 * time.Second
+)
+
+// Q5Out is a result of q5: an auction with the most bids of a window
+// [Start, End), and how many (Num). A window has several if they tie. A
+// result marked Late is one auction's count that reached the second stage
+// after the window was decided (worker jobs only, see HopOutOfOrderness).
+type Q5Out struct {
+	Auction int64     `json:"auction"`
+	Num     int64     `json:"num"`
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	Late    bool      `json:"late,omitempty"`
+}
+
+// EncodeQ5 writes a result of q5, keyed by its auction.
+func EncodeQ5(o Q5Out) (*kgo.Record, error) { return encodeJSON(o.Auction, o) }
+
+// Q5 is hot items: in sliding windows of 10 s every 2 s, the auctions with
+// the most bids. The first stage counts each auction's bids per window
+// (bids are keyed by their auction); the second, keyed by window, takes
+// the most.
+//
+// Run with runtime.Run, the graph is correct with one task (the second
+// stage must see every count of a window); the worker job (Jobs)
+// repartitions the counts by window.
+func Q5(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Q5Out]) {
+	buildQ5(job, src, out, local[bidCount])
+}
+
+// bidCount is an auction's count of bids in the window that ends at End
+// (Unix ms).
+type bidCount struct{ Auction, Count, End int64 }
+
+func (c bidCount) out(late bool) Q5Out {
+	end := time.UnixMilli(c.End).UTC()
+	return Q5Out{Auction: c.Auction, Num: c.Count, Start: end.Add(-Q5Size), End: end, Late: late}
+}
+
+func buildQ5(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Q5Out], rk rekey[bidCount]) {
+	byAuction := stream.KeyBy(bids(events(job, src), "q5-bids"), "q5-auction", func(b Bid) int64 { return b.Auction }, state.Int64())
+	counts := stream.Aggregate(byAuction, "q5-count", stream.Sliding(Q5Size, Q5Slide), stream.WindowOptions{}, state.Int64(),
+		func(n int64, _ Bid) int64 { return n + 1 },
+		func(a, b int64) int64 { return a + b },
+		func(auction int64, w stream.Window, n int64) (bidCount, error) {
+			return bidCount{Auction: auction, Count: n, End: w.End.UnixMilli()}, nil
+		})
+	// A window's counts carry its event time, End-1: in a window of the
+	// slide, [End-slide, End), one per key.
+	byWindow := rk(counts.Results, "q5-by-window", func(c bidCount) int64 { return c.End }, bidCountCodec{}, hop[bidCount]())
+	hottest := stream.Apply(byWindow, "q5-hottest", stream.Tumbling(Q5Slide), stream.WindowOptions{}, state.Codec[bidCount](bidCountCodec{}),
+		func(_ int64, _ stream.Window, counts []bidCount, out *stream.Emitter[Q5Out]) error {
+			var most int64
+			for _, c := range counts {
+				most = max(most, c.Count)
+			}
+			for _, c := range counts {
+				if c.Count == most {
+					if err := out.Emit(c.out(false)); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		})
+	late := stream.Map(hottest.Late, "q5-late", func(c bidCount) (Q5Out, error) { return c.out(true), nil })
+	stream.Sink(stream.Union("q5-results", hottest.Results, late), "output", out)
+}
+
+type bidCountCodec struct{}
+
+func (bidCountCodec) Append(b []byte, c bidCount) []byte {
+	return appendInt(appendInt(appendInt(b, c.Auction), c.Count), c.End)
+}
+
+func (bidCountCodec) Decode(b []byte) (bidCount, error) {
+	r := reader{b: b}
+	c := bidCount{Auction: r.int(), Count: r.int(), End: r.int()}
+	return c, r.end("q5 count")
+}
