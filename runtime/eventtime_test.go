@@ -53,14 +53,7 @@ func windowJob(t *testing.T, records int64, fail func() error, late, early *atom
 		OutOfOrderness: etBound * time.Millisecond,
 		Timestamp:      func(e event, _ stream.Position) time.Time { return time.UnixMilli(e.TS) },
 	})
-	checked := stream.Map(src, "maybe-fail", func(e event) (event, error) {
-		if fail != nil {
-			if err := fail(); err != nil {
-				return e, err
-			}
-		}
-		return e, nil
-	})
+	checked := failing(src, "maybe-fail", fail)
 	keyed := stream.KeyBy(checked, "by-key", func(e event) uint64 { return e.Key }, state.Uint64())
 	counts := stream.Process(keyed, "tumbling", func(s *stream.Setup) (stream.Processor[uint64, event, windowCount], error) {
 		windows, err := stream.MapState(s, "windows", state.Int64(), state.Int64())

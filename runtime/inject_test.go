@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
+
+	"github.com/weirstream/weir/stream"
 )
 
 // injector fails records at points drawn at random among the first total
@@ -33,4 +35,17 @@ func (in *injector) fail() error {
 		return fmt.Errorf("injected failure %d", i+1)
 	}
 	return nil
+}
+
+// failing passes s on, calling fail (if set) on each record first: the
+// stage where the tests inject failures.
+func failing[T any](s stream.Stream[T], name string, fail func() error) stream.Stream[T] {
+	return stream.Map(s, name, func(v T) (T, error) {
+		if fail != nil {
+			if err := fail(); err != nil {
+				return v, err
+			}
+		}
+		return v, nil
+	})
 }

@@ -54,14 +54,7 @@ func joinJob(t *testing.T, seed uint64, records int64, fail func() error,
 	}
 	keyed := func(name string, side int) stream.KeyedStream[uint64, jEvent] {
 		src := stream.SourceWithWatermarks(job, name, stream.GeneratorSource(records, jGen(seed, side)), wm)
-		checked := stream.Map(src, name+"-maybe-fail", func(e jEvent) (jEvent, error) {
-			if fail != nil {
-				if err := fail(); err != nil {
-					return e, err
-				}
-			}
-			return e, nil
-		})
+		checked := failing(src, name+"-maybe-fail", fail)
 		return stream.KeyBy(checked, name+"-by-key", func(e jEvent) uint64 { return e.Key }, state.Uint64())
 	}
 	pairs := join(keyed("a", 0), keyed("b", 1))

@@ -94,14 +94,7 @@ func windowsJob(t *testing.T, records int64, gen func(int, int64) wEvent, fail f
 		OutOfOrderness: wBound * time.Millisecond,
 		Timestamp:      func(e wEvent, _ stream.Position) time.Time { return time.UnixMilli(e.TS) },
 	})
-	checked := stream.Map(src, "maybe-fail", func(e wEvent) (wEvent, error) {
-		if fail != nil {
-			if err := fail(); err != nil {
-				return e, err
-			}
-		}
-		return e, nil
-	})
+	checked := failing(src, "maybe-fail", fail)
 	w := build(stream.KeyBy(checked, "by-key", func(e wEvent) uint64 { return e.Key }, state.Uint64()))
 	// A keyed operator downstream sees the event time each result carries.
 	byWindow := stream.KeyBy(w.Results, "by-window", func(r wResult) uint64 { return r.Key }, state.Uint64())
