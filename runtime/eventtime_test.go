@@ -197,21 +197,7 @@ func TestEventTimeWindowsAcrossRestores(t *testing.T) {
 	var late, early atomic.Int64
 	store := newTxnStore[windowCount]()
 	plan := windowJob(t, records, in.fail, &late, &early, store.sink())
-	err := runtime.Run(t.Context(), plan, runtime.Config{
-		Tasks:          []int{0, 1},
-		Storage:        checkpoint.NewMemory(checkpoint.MemoryOptions{}),
-		Checkpoint:     checkpoint.Config{Interval: 5 * time.Millisecond},
-		StateDir:       t.TempDir(),
-		StateBackend:   state.NewPebble(state.PebbleOptions{MemTableSize: 1 << 20, CacheSize: 1 << 20}),
-		RestartBackoff: time.Millisecond,
-		MaxRestarts:    -1,
-	})
-	if err != nil {
-		t.Fatalf("seed %d: %v", seed, err)
-	}
-	if in.failed.Load() != failures {
-		t.Fatalf("%d failures injected, want %d", in.failed.Load(), failures)
-	}
+	in.run(t, plan, 5*time.Millisecond, true)
 	if late.Load() != 0 {
 		t.Errorf("%d records late after restores, want none", late.Load())
 	}

@@ -5,7 +5,12 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync/atomic"
+	"testing"
+	"time"
 
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -48,4 +53,28 @@ func failing[T any](s stream.Stream[T], name string, fail func() error) stream.S
 		}
 		return v, nil
 	})
+}
+
+// run runs plan's tasks 0 and 1 to the end with checkpoints every
+// interval, restarting at once after each failure, on Pebble or the memory
+// backend, and checks that every failure point was passed.
+func (in *injector) run(t *testing.T, plan *runtime.Plan, interval time.Duration, pebble bool) {
+	t.Helper()
+	cfg := runtime.Config{
+		Tasks:          []int{0, 1},
+		Storage:        checkpoint.NewMemory(checkpoint.MemoryOptions{}),
+		Checkpoint:     checkpoint.Config{Interval: interval},
+		StateDir:       t.TempDir(),
+		RestartBackoff: time.Millisecond,
+		MaxRestarts:    -1,
+	}
+	if pebble {
+		cfg.StateBackend = state.NewPebble(state.PebbleOptions{MemTableSize: 1 << 20, CacheSize: 1 << 20})
+	}
+	if err := runtime.Run(t.Context(), plan, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := in.failed.Load(); int(n) != len(in.points) {
+		t.Fatalf("%d failures injected, want %d", n, len(in.points))
+	}
 }

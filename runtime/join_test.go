@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
@@ -171,21 +170,7 @@ func TestJoins(t *testing.T) {
 				in := newInjector(seed, failures, 2*records*jParts)
 				store := newTxnStore[jPair]()
 				plan := joinJob(t, seed, records, in.fail, tc.join, store.sink())
-				err := runtime.Run(t.Context(), plan, runtime.Config{
-					Tasks:          []int{0, 1},
-					Storage:        checkpoint.NewMemory(checkpoint.MemoryOptions{}),
-					Checkpoint:     checkpoint.Config{Interval: 10 * time.Millisecond},
-					StateDir:       t.TempDir(),
-					StateBackend:   state.NewPebble(state.PebbleOptions{MemTableSize: 1 << 20, CacheSize: 1 << 20}),
-					RestartBackoff: time.Millisecond,
-					MaxRestarts:    -1,
-				})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if int(in.failed.Load()) != failures {
-					t.Fatalf("%d failures injected, want %d", in.failed.Load(), failures)
-				}
+				in.run(t, plan, 10*time.Millisecond, true)
 				checkPairs(t, store.visible(), tc.want)
 			})
 		}

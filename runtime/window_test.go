@@ -328,23 +328,7 @@ func runWindows(t *testing.T, seed uint64, records int64, lateness bool, build f
 	in := newInjector(seed, failures, records*wParts)
 	store := newTxnStore[wOut]()
 	plan := windowsJob(t, records, gen, in.fail, build, store.sink())
-	cfg := runtime.Config{
-		Tasks:          []int{0, 1},
-		Storage:        checkpoint.NewMemory(checkpoint.MemoryOptions{}),
-		Checkpoint:     checkpoint.Config{Interval: 10 * time.Millisecond},
-		StateDir:       t.TempDir(),
-		RestartBackoff: time.Millisecond,
-		MaxRestarts:    -1,
-	}
-	if backend == "pebble" {
-		cfg.StateBackend = state.NewPebble(state.PebbleOptions{MemTableSize: 1 << 20, CacheSize: 1 << 20})
-	}
-	if err := runtime.Run(t.Context(), plan, cfg); err != nil {
-		t.Fatalf("seed %d: %v", seed, err)
-	}
-	if int(in.failed.Load()) != failures {
-		t.Fatalf("%d failures injected, want %d", in.failed.Load(), failures)
-	}
+	in.run(t, plan, 10*time.Millisecond, backend == "pebble")
 	checkFirings(t, store.visible(), events, want(events))
 }
 
