@@ -48,6 +48,20 @@ type SourcePosition struct {
 	// had up to Offset, when the source derives watermarks: the restored
 	// source starts its watermark from it rather than from nothing.
 	MaxTimestamp *int64 `json:"max_timestamp,omitempty"`
+	// Upstream holds, for a split whose records carry their watermarks
+	// (a repartition topic, written by the N tasks upstream), the last
+	// watermark each upstream task wrote into it up to Offset: element i
+	// is task i's.
+	Upstream []UpstreamWatermark `json:"upstream,omitempty"`
+}
+
+// UpstreamWatermark is the last watermark one upstream task wrote into a
+// split.
+type UpstreamWatermark struct {
+	// Watermark is in Unix ms; math.MinInt64: none yet.
+	Watermark int64 `json:"watermark"`
+	// Idle: the task's input was idle (see runtime.WatermarkStrategy).
+	Idle bool `json:"idle,omitempty"`
 }
 
 // Committable is a pre-committed transaction a sink will commit once the

@@ -279,8 +279,14 @@ func (s *sinkOp[T]) collectBatch(vals []T, pos []Position) error {
 	return eachRecord(s.cursor, s.collect, vals, pos)
 }
 
-// watermark ends at the sink: output records carry no watermark.
-func (s *sinkOp[T]) watermark(wmark) error { return nil }
+// watermark ends at the sink, unless its writer takes watermarks (a
+// repartition topic's, which carries them to the tasks downstream).
+func (s *sinkOp[T]) watermark(w wmark) error {
+	if ww, ok := s.writer.(WatermarkWriter); ok {
+		ww.Watermark(Watermark{Millis: w.ts, Idle: w.idle})
+	}
+	return nil
+}
 
 func (s *sinkOp[T]) barrier(id checkpoint.ID) error {
 	cs, err := s.writer.PreCommit(s.ctx, id)

@@ -67,11 +67,21 @@ func (s *sourceRoot[T]) poll(ctx context.Context) error {
 		if s.wm != nil {
 			// A restored source's watermark goes first: the records after
 			// the checkpoint must meet the event time they met before.
-			if !s.wm.sent {
-				if w, ok := s.wm.advance(s.t.now()); ok {
-					if err := s.out.watermark(w); err != nil {
-						return err
-					}
+			var first wmark
+			var ok bool
+			switch {
+			case s.wm.carried != nil:
+				// Not the splits' own yet: this batch's records came
+				// before the watermarks the reader has taken in.
+				first, ok = s.wm.restored()
+			case !s.wm.sent:
+				// From the restored splits' highest timestamps, before
+				// this batch's.
+				first, ok = s.wm.advance(s.t.now())
+			}
+			if ok {
+				if err := s.out.watermark(first); err != nil {
+					return err
 				}
 			}
 			s.stamp()
@@ -106,7 +116,9 @@ func (s *sourceRoot[T]) stamp() {
 		if s.tsFn != nil {
 			p.Timestamp = s.tsFn(s.batch.Values[i], *p).UnixMilli()
 		}
-		s.wm.observe(p, now)
+		if s.wm.carried == nil {
+			s.wm.observe(p, now)
+		}
 	}
 }
 
@@ -171,7 +183,16 @@ func SourceWithWatermarks[T any](g *Graph, name string, factory SourceFactory[T]
 		t.addCloser(reader.Close)
 		r := t.rootOf(n)
 		s := &sourceRoot[T]{opBase: t.base(n), r: r, reader: reader, out: out.output(t)}
-		if strategy != nil {
+		if wr, ok := reader.(WatermarkReader); ok {
+			if strategy != nil {
+				return fmt.Errorf("source %s: its splits carry their watermarks; it takes no watermark strategy", n.name)
+			}
+			s.wm = newWatermarkGen(0, 0, reader.Positions(), t.now())
+			s.wm.carried = wr
+			if a := t.restoredAck(n.name); a != nil && a.Watermark != nil {
+				s.wm.out = wmark{ts: *a.Watermark}
+			}
+		} else if strategy != nil {
 			// The reader's splits, each resuming its highest timestamp
 			// from the checkpoint, if it has one.
 			splits := reader.Positions()

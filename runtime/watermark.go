@@ -43,6 +43,35 @@ type WatermarkStrategy[T any] struct {
 	Timestamp func(v T, p Position) time.Time
 }
 
+// Watermark is a watermark as sources and sinks exchange it with the
+// runtime.
+type Watermark struct {
+	// Millis is in Unix ms: no record at or before it is expected.
+	// math.MinInt64: none yet; math.MaxInt64: the input has ended.
+	Millis int64
+	// Idle: the input has no active split, and Millis is its last
+	// watermark; operators with several inputs leave it out.
+	Idle bool
+}
+
+// WatermarkWriter is a SinkWriter that takes the watermarks of its input,
+// in order with its records: weir's repartition sink writes them into its
+// topic, for the tasks downstream.
+type WatermarkWriter interface {
+	Watermark(w Watermark)
+}
+
+// WatermarkReader is a SourceReader whose splits carry their own
+// watermarks in the stream (weir's repartition topics carry those of the
+// tasks that wrote them). The runtime takes each split's watermark from
+// it, after each poll, instead of deriving one from timestamps; a source
+// of such a reader takes no WatermarkStrategy.
+type WatermarkReader interface {
+	// SplitWatermark returns the watermark of the split as of the
+	// records Poll returned so far.
+	SplitWatermark(topic string, partition int32) Watermark
+}
+
 // wmark is a watermark on the wire between operators.
 type wmark struct {
 	ts int64 // Unix ms: no record at or before ts is expected
@@ -104,6 +133,9 @@ type watermarkGen struct {
 	splits map[splitKey]*splitClock
 	out    wmark // the last watermark sent
 	sent   bool
+	// carried, if set, gives each split's watermark: the splits carry
+	// them (see WatermarkReader), and bound and idle are unused.
+	carried WatermarkReader
 }
 
 func newWatermarkGen(outOfOrderness, idleness time.Duration, splits []checkpoint.SourcePosition, now time.Time) *watermarkGen {
@@ -136,7 +168,15 @@ func (g *watermarkGen) observe(p *Position, now time.Time) {
 // sent: higher, or idle where it was not (or the other way round).
 func (g *watermarkGen) advance(now time.Time) (wmark, bool) {
 	low, active := int64(endOfTime), false
-	for _, c := range g.splits {
+	for k, c := range g.splits {
+		if g.carried != nil {
+			w := g.carried.SplitWatermark(k.topic, k.partition)
+			if !w.Idle {
+				active = true
+				low = min(low, w.Millis)
+			}
+			continue
+		}
 		if g.idle > 0 && now.Sub(c.last) >= g.idle {
 			continue
 		}
@@ -156,6 +196,16 @@ func (g *watermarkGen) advance(now time.Time) (wmark, bool) {
 	}
 	g.out, g.sent = next, true
 	return next, true
+}
+
+// restored returns the restored watermark to send before the first
+// records, if there is one and nothing was sent yet.
+func (g *watermarkGen) restored() (wmark, bool) {
+	if g.sent || g.out.ts == noWatermark {
+		return wmark{}, false
+	}
+	g.sent = true
+	return g.out, true
 }
 
 // annotate adds each split's highest timestamp to the checkpoint's

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/internal/marker"
 )
 
 // Encoder turns a value of the job into the Kafka record to write. Topic may
@@ -102,6 +104,15 @@ type Config[T any] struct {
 	// DefaultTransactionTimeout. See CheckTimeout.
 	TransactionTimeout time.Duration
 
+	// Watermarks writes the task's watermark into every partition of
+	// Topic, at each checkpoint where it moved, after the checkpoint's
+	// records: a weir source with the same setting reads them back, and
+	// its tasks go on in the event time of the tasks that wrote (weir's
+	// repartition topics; see internal/marker). Records are partitioned
+	// by key, a nil key as an empty one; Encode must not choose another
+	// topic, and ClientOpts must not set a partitioner.
+	Watermarks bool
+
 	// ClientOpts are extra franz-go options (TLS, SASL, linger, batch
 	// sizes, a partitioner, ...), applied after the sink's own, so they can
 	// override them; overriding the transactional id, the transaction
@@ -168,7 +179,19 @@ func (c *Config[T]) record(v T) (*kgo.Record, error) {
 	if r.Topic == "" {
 		r.Topic = c.Topic
 	}
+	if c.Watermarks && r.Topic != c.Topic {
+		return nil, fmt.Errorf("encode: record for topic %q, but Watermarks are written into %q only", r.Topic, c.Topic)
+	}
 	return r, nil
+}
+
+// clientOpts are the options every producer of the sink starts with.
+func (c *Config[T]) clientOpts() []kgo.Opt {
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.DefaultProduceTopic(c.Topic)}
+	if c.Watermarks {
+		opts = append(opts, kgo.RecordPartitioner(marker.Partitioner()))
+	}
+	return opts
 }
 
 func (c *Config[T]) delivery() Delivery {

@@ -105,6 +105,7 @@ type txnWriter[T any] struct {
 	cur     int // the slot of the open transaction, -1 for none
 	written int // records written into it
 	failed  asyncErr
+	marks   marks
 }
 
 func openTxn[T any](ctx context.Context, cfg Config[T], info runtime.TaskInfo, log *slog.Logger, restored []checkpoint.Committable) (_ *txnWriter[T], err error) {
@@ -120,6 +121,7 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info runtime.TaskInfo, l
 		clients: make([]*kgo.Client, cfg.poolSize()),
 		pool:    newPool(cfg.poolSize()),
 		cur:     -1,
+		marks:   newMarks(cfg, info),
 	}
 	defer func() {
 		if err != nil {
@@ -186,13 +188,11 @@ func (w *txnWriter[T]) initSlot(ctx context.Context, i int) error {
 		w.clients[i].Close()
 		w.clients[i] = nil
 	}
-	opts := append([]kgo.Opt{
-		kgo.SeedBrokers(w.cfg.Brokers...),
+	opts := append(append(w.cfg.clientOpts(),
 		kgo.TransactionalID(w.ids[i]),
 		kgo.TransactionTimeout(w.cfg.txnTimeout()),
-		kgo.DefaultProduceTopic(w.cfg.Topic),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-	}, w.cfg.ClientOpts...)
+	), w.cfg.ClientOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		return fmt.Errorf("kafka client for %s: %w", w.ids[i], err)
@@ -232,6 +232,14 @@ func (w *txnWriter[T]) Write(ctx context.Context, v T) error {
 	if err != nil {
 		return err
 	}
+	return w.produce(ctx, r)
+}
+
+// Watermark implements runtime.WatermarkWriter.
+func (w *txnWriter[T]) Watermark(wm runtime.Watermark) { w.marks.take(wm) }
+
+// produce writes r into the open transaction, beginning one if needed.
+func (w *txnWriter[T]) produce(ctx context.Context, r *kgo.Record) error {
 	if w.cur < 0 {
 		i, err := w.pool.acquire()
 		if err != nil {
@@ -258,6 +266,9 @@ func (w *txnWriter[T]) Write(ctx context.Context, v T) error {
 }
 
 func (w *txnWriter[T]) PreCommit(ctx context.Context, id checkpoint.ID) ([]checkpoint.Committable, error) {
+	if err := w.marks.write(ctx, w.produce); err != nil {
+		return nil, err
+	}
 	if w.cur >= 0 && w.written > 0 {
 		cl := w.clients[w.cur]
 		if err := cl.Flush(ctx); err != nil {
@@ -343,10 +354,11 @@ type plainWriter[T any] struct {
 	log    *slog.Logger
 	failed asyncErr
 	once   sync.Once
+	marks  marks
 }
 
 func openPlain[T any](cfg Config[T], info runtime.TaskInfo, log *slog.Logger) (*plainWriter[T], error) {
-	opts := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic(cfg.Topic)}
+	opts := cfg.clientOpts()
 	if cfg.delivery() == None {
 		opts = append(opts, kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.LeaderAck()))
 	} else {
@@ -356,7 +368,7 @@ func openPlain[T any](cfg Config[T], info runtime.TaskInfo, log *slog.Logger) (*
 	if err != nil {
 		return nil, fmt.Errorf("kafka sink %s, task %d: kafka client: %w", info.Operator, info.Task, err)
 	}
-	return &plainWriter[T]{cfg: cfg, cl: cl, flush: cfg.delivery() == AtLeastOnce, log: log}, nil
+	return &plainWriter[T]{cfg: cfg, cl: cl, flush: cfg.delivery() == AtLeastOnce, log: log, marks: newMarks(cfg, info)}, nil
 }
 
 func (w *plainWriter[T]) Write(ctx context.Context, v T) error {
@@ -370,6 +382,9 @@ func (w *plainWriter[T]) Write(ctx context.Context, v T) error {
 	w.cl.Produce(ctx, r, w.promise)
 	return nil
 }
+
+// Watermark implements runtime.WatermarkWriter.
+func (w *plainWriter[T]) Watermark(wm runtime.Watermark) { w.marks.take(wm) }
 
 func (w *plainWriter[T]) promise(r *kgo.Record, err error) {
 	if err == nil {
@@ -386,6 +401,13 @@ func (w *plainWriter[T]) promise(r *kgo.Record, err error) {
 }
 
 func (w *plainWriter[T]) PreCommit(ctx context.Context, _ checkpoint.ID) ([]checkpoint.Committable, error) {
+	err := w.marks.write(ctx, func(ctx context.Context, r *kgo.Record) error {
+		w.cl.Produce(ctx, r, w.promise)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
 	if !w.flush {
 		return nil, nil
 	}

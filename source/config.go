@@ -114,6 +114,13 @@ type Config[T any] struct {
 	// DefaultMaxPollRecords.
 	MaxPollRecords int
 
+	// Watermarks reads the watermark markers a sink with the same setting
+	// writes (weir's repartition topics): they are not records, and each
+	// split's watermark is the least of the last marker of each task that
+	// writes into it (see runtime.WatermarkReader). The reader's source
+	// takes no watermark strategy.
+	Watermarks bool
+
 	// ClientOpts are extra franz-go options (TLS, SASL, fetch sizes, ...),
 	// applied after the reader's own, so they can override them; overriding
 	// the isolation level or the reset offset breaks the guarantees above.

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/marker"
 	"github.com/weirstream/weir/runtime"
 )
 
@@ -48,6 +49,9 @@ func Kafka[T any](cfg Config[T]) (runtime.SourceFactory[T], error) {
 		if err != nil {
 			return nil, fmt.Errorf("kafka source %s, task %d: %w", info.Operator, info.Task, err)
 		}
+		if cfg.Watermarks {
+			return markedReader[T]{r}, nil
+		}
 		return r, nil
 	}, nil
 }
@@ -64,6 +68,9 @@ type reader[T any] struct {
 	next   map[string]int64
 	policy OnDecodeError
 	closed bool
+	// marks is, per topic, the last marker of each task upstream
+	// (Config.Watermarks).
+	marks map[string]*upstream
 }
 
 func open[T any](ctx context.Context, cfg *Config[T], info runtime.TaskInfo, restored []checkpoint.SourcePosition) (_ *reader[T], err error) {
@@ -82,6 +89,7 @@ func open[T any](ctx context.Context, cfg *Config[T], info runtime.TaskInfo, res
 		part:   int32(info.Task),
 		next:   make(map[string]int64, len(cfg.Topics)),
 		policy: cfg.onDecodeError(),
+		marks:  map[string]*upstream{},
 	}
 
 	opts := []kgo.Opt{
@@ -173,6 +181,9 @@ func (r *reader[T]) restore(restored []checkpoint.SourcePosition) error {
 			return fmt.Errorf("restored positions name %s/%d twice", p.Topic, p.Partition)
 		}
 		r.next[p.Topic] = p.Offset
+		if r.cfg.Watermarks && len(p.Upstream) > 0 {
+			r.marks[p.Topic] = restoreUpstream(p.Upstream)
+		}
 	}
 	return nil
 }
@@ -226,6 +237,13 @@ func (r *reader[T]) take(ctx context.Context, b *runtime.Batch[T], rec *kgo.Reco
 		return fmt.Errorf("fetched record %s/%d@%d that task %d does not read", rec.Topic, rec.Partition, rec.Offset, r.part)
 	}
 	pos := runtime.Position{Source: r.source, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp.UnixMilli()}
+	if r.cfg.Watermarks && marker.Is(rec) {
+		if err := r.mark(rec); err != nil {
+			return fmt.Errorf("record %s: %w", pos, err)
+		}
+		r.next[rec.Topic] = rec.Offset + 1
+		return nil
+	}
 	v, decodeErr := r.decode(rec)
 	switch {
 	case decodeErr == nil:
@@ -280,7 +298,11 @@ func (r *reader[T]) deadLetter(ctx context.Context, rec *kgo.Record, decodeErr e
 func (r *reader[T]) Positions() []checkpoint.SourcePosition {
 	out := make([]checkpoint.SourcePosition, 0, len(r.cfg.Topics))
 	for _, t := range r.cfg.Topics {
-		out = append(out, checkpoint.SourcePosition{Source: r.source, Topic: t, Partition: r.part, Offset: r.next[t]})
+		p := checkpoint.SourcePosition{Source: r.source, Topic: t, Partition: r.part, Offset: r.next[t]}
+		if u := r.marks[t]; u != nil {
+			p.Upstream = u.positions()
+		}
+		out = append(out, p)
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -106,7 +107,7 @@ func TestRestoreResumesExactly(t *testing.T) {
 
 	produce(t, pr, a, 0, values("a", 20, 25)...)
 	r2 := openReader(t, cfg, 0, saved)
-	if pos := r2.Positions(); !slices.Equal(pos, saved) {
+	if pos := r2.Positions(); !reflect.DeepEqual(pos, saved) {
 		t.Fatalf("restored reader positions %v, want %v", pos, saved)
 	}
 	got = append(got, drain(t, r2, 30-4).Values...)

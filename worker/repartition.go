@@ -34,13 +34,14 @@ import (
 // The topic is created at start with the input's partition count (a topic
 // of another count fails the start) and keeps its records (retention.ms
 // -1, as Kafka Streams sets it). Records keep their event time (the Kafka
-// record timestamp); wm, if set, derives watermarks from them after the
-// hop. A partition of the topic interleaves the tasks' checkpoints, so its
-// out-of-orderness must cover a checkpoint interval and the skew between
-// the tasks, and more after a task restores.
+// record timestamp), and event time goes on across the hop: each task
+// writes its watermark into every partition with its records, and a task
+// downstream goes on at the least watermark of the tasks upstream (see
+// internal/marker), as a Flink operator does at the least of its input
+// channels'. A record that was not late upstream is not late downstream.
 //
 // codec encodes a record as the internal record's value.
-func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op string, key func(T) K, keyCodec state.Codec[K], codec state.Codec[T], wm *stream.Watermarks[T]) stream.KeyedStream[K, T] {
+func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op string, key func(T) K, keyCodec state.Codec[K], codec state.Codec[T]) stream.KeyedStream[K, T] {
 	c := w.cfg
 	topic := c.name() + "-" + op + "-repartition"
 	w.internal = append(w.internal, topic)
@@ -55,7 +56,8 @@ func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op st
 			}
 			return &kgo.Record{Key: keyCodec.Append(nil, key(v.Value)), Value: b, Timestamp: v.Time}, nil
 		},
-		Delivery: c.delivery(),
+		Delivery:   c.delivery(),
+		Watermarks: true,
 	}
 	if c.delivery() == sink.ExactlyOnce {
 		sc.PoolSize = c.poolSize()
@@ -75,6 +77,7 @@ func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op st
 		Decode:        func(r *kgo.Record) (T, error) { return codec.Decode(r.Value) },
 		OnDecodeError: source.Fail, // weir wrote it: a record that does not decode is a bug
 		GroupID:       lagGroup(c),
+		Watermarks:    true,
 	}
 	if _, err := source.Kafka(rc); err != nil {
 		w.errs = append(w.errs, fmt.Errorf("repartition %s: %w", op, err))
@@ -91,13 +94,7 @@ func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op st
 		}
 		return f(ctx, info, restored)
 	}
-	var read stream.Stream[T]
-	if wm != nil {
-		read = stream.SourceWithWatermarks(job, op+"-read", src, *wm)
-	} else {
-		read = stream.Source(job, op+"-read", src)
-	}
-	return stream.KeyBy(read, op, key, keyCodec)
+	return stream.KeyBy(stream.Source(job, op+"-read", src), op, key, keyCodec)
 }
 
 // createInternalTopics makes sure each internal topic exists with parts

@@ -6,8 +6,10 @@
 // It prints (a) a plain read_committed consume -> produce passthrough's
 // records/s, (b) weir's exactly-once count job's records/s until its output
 // is visible, their ratio, and (c) produce-to-visible latency percentiles of
-// both at a fixed rate. Topics are created on the broker with a random
-// suffix and left there: use a scratch broker. Exit status 1 on any error.
+// both at a fixed rate. With --nexmark q0,q1,... --processor PATH it runs
+// Nexmark queries instead and prints events/s per core. Topics are created
+// on the broker with a random suffix and left there: use a scratch broker.
+// Exit status 1 on any error.
 package main
 
 import (
@@ -41,7 +43,11 @@ func main() {
 	flag.DurationVar(&cfg.LatencyDuration, "latency-duration", 20*time.Second, "length of each latency run")
 	flag.BoolVar(&verbose, "v", false, "log weir's info messages too (its warnings and errors are always logged)")
 	scale := flag.String("scale", "", "instead: run the count job with this many worker processes each, e.g. 1,2,3, and print records/s (needs --processor)")
-	processor := flag.String("processor", "", "the processor binary for --scale (go build -o processor ./cmd/processor)")
+	processor := flag.String("processor", "", "the processor binary for --scale and --nexmark (go build -o processor ./cmd/processor)")
+	queries := flag.String("nexmark", "", "instead: run these Nexmark queries, e.g. q0,q1,q2,q5,q7,q8, each in one worker process over --events events, and print events/s per core (needs --processor)")
+	var nc kafkabench.NexmarkConfig
+	flag.Int64Var(&nc.Events, "events", 2_000_000, "Nexmark events for --nexmark")
+	flag.IntVar(&nc.EventRate, "event-rate", 1_000_000, "Nexmark events per second of event time for --nexmark (Flink's Nexmark: its TPS)")
 	flag.Parse()
 	if brokers == "" || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: kafkabench --brokers host:port [flags]")
@@ -59,6 +65,24 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *queries != "" {
+		if *processor == "" {
+			fmt.Fprintln(os.Stderr, "kafkabench: --nexmark needs --processor PATH")
+			os.Exit(2)
+		}
+		for _, q := range strings.Split(*queries, ",") {
+			nc.Queries = append(nc.Queries, strings.TrimSpace(q))
+		}
+		gen, runs, err := kafkabench.Nexmark(ctx, cfg, nc, *processor)
+		if len(runs) > 0 {
+			kafkabench.WriteNexmarkTable(os.Stdout, cfg, nc, gen, runs)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "kafkabench: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *scale != "" {
 		var workers []int
 		for _, f := range strings.Split(*scale, ",") {

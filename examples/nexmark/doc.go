@@ -9,14 +9,11 @@
 // together that the input keeps apart (q3 and q8 join auctions on their
 // seller; q5 and q7 take the most of a window over every task) repartition
 // in the jobs, and are correct run with runtime.Run only with one task.
-// After the hop, q5's, q7's and q8's jobs take event time from the records'
-// timestamps again: watermarks do not cross a repartition topic, so their
-// windows are exact only while the tasks stay within HopOutOfOrderness of
-// each other in event time.
+// Event time goes on across the hop (see worker.Repartition): the jobs'
+// windows are those of the graphs.
 //
 // Duties of the caller: write the input with Encode (records keyed by
 // Event.Key, partitioned with Kafka's default partitioner, which the
 // repartition topics use too, so that a person and the auctions
-// repartitioned by their seller meet in one task); run a job's workers with
-// a checkpoint interval well below Idleness.
+// repartitioned by their seller meet in one task).
 package nexmark

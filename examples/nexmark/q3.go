@@ -64,7 +64,7 @@ func buildQ3(job *stream.Job, src runtime.SourceFactory[Event], out runtime.Sink
 		}
 		return out.Emit(q3Auction{ID: e.Auction.ID, Seller: e.Auction.Seller})
 	})
-	bySeller := rk(auctions, "q3-by-seller", func(a q3Auction) int64 { return a.Seller }, q3AuctionCodec{}, nil)
+	bySeller := rk(auctions, "q3-by-seller", func(a q3Auction) int64 { return a.Seller }, q3AuctionCodec{})
 	byID := stream.KeyBy(persons, "q3-person-id", func(p q3Person) int64 { return p.ID }, idCodec{})
 	joined := stream.CoProcess(byID, bySeller, "q3-join", newQ3Join)
 	stream.Sink(joined, "output", out)

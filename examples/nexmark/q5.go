@@ -19,7 +19,7 @@ const (
 // Q5Out is a result of q5: an auction with the most bids of a window
 // [Start, End), and how many (Num). A window has several if they tie. A
 // result marked Late is one auction's count that reached the second stage
-// after the window was decided (worker jobs only, see HopOutOfOrderness).
+// after the window was decided: only with bids late in the input.
 type Q5Out struct {
 	Auction int64     `json:"auction"`
 	Num     int64     `json:"num"`
@@ -62,7 +62,7 @@ func buildQ5(job *stream.Job, src runtime.SourceFactory[Event], out runtime.Sink
 		})
 	// A window's counts carry its event time, End-1: in a window of the
 	// slide, [End-slide, End), one per key.
-	byWindow := rk(counts.Results, "q5-by-window", func(c bidCount) int64 { return c.End }, bidCountCodec{}, hop[bidCount]())
+	byWindow := rk(counts.Results, "q5-by-window", func(c bidCount) int64 { return c.End }, bidCountCodec{})
 	hottest := stream.Apply(byWindow, "q5-hottest", stream.Tumbling(Q5Slide), stream.WindowOptions{}, state.Codec[bidCount](bidCountCodec{}),
 		func(_ int64, _ stream.Window, counts []bidCount, out *stream.Emitter[Q5Out]) error {
 			var most int64

@@ -16,8 +16,8 @@ const Q7Window = 10 * time.Second
 
 // Q7Out is a result of q7: a bid with the highest price of the window
 // [Start, End) (several if they tie). A result marked Late is from a task's
-// highest bids that reached the second stage after the window was decided
-// (worker jobs only, see HopOutOfOrderness).
+// highest bids that reached the second stage after the window was decided:
+// only with bids late in the input.
 type Q7Out struct {
 	Auction  int64     `json:"auction"`
 	Bidder   int64     `json:"bidder"`
@@ -86,7 +86,7 @@ func buildQ7(job *stream.Job, src runtime.SourceFactory[Event], out runtime.Sink
 			t.End = w.End.UnixMilli()
 			return t, nil
 		})
-	byWindow := rk(partial.Results, "q7-by-window", func(t topBids) int64 { return t.End }, topBidsCodec{}, hop[topBids]())
+	byWindow := rk(partial.Results, "q7-by-window", func(t topBids) int64 { return t.End }, topBidsCodec{})
 	highest := stream.Apply(byWindow, "q7-max", stream.Tumbling(Q7Window), stream.WindowOptions{}, state.Codec[topBids](topBidsCodec{}),
 		func(end int64, _ stream.Window, parts []topBids, out *stream.Emitter[Q7Out]) error {
 			all := topBids{End: end}

@@ -60,7 +60,7 @@ func buildQ8(job *stream.Job, src runtime.SourceFactory[Event], out runtime.Sink
 		}
 		return out.Emit(q8Auction{Seller: e.Auction.Seller})
 	})
-	bySeller := rk(auctions, "q8-by-seller", func(a q8Auction) int64 { return a.Seller }, q8AuctionCodec{}, hop[q8Auction]())
+	bySeller := rk(auctions, "q8-by-seller", func(a q8Auction) int64 { return a.Seller }, q8AuctionCodec{})
 	byID := stream.KeyBy(persons, "q8-person-id", func(p q8Person) int64 { return p.ID }, idCodec{})
 	pairs := stream.WindowJoin(byID, bySeller, "q8-join", stream.Tumbling(Q8Window), state.Codec[q8Person](q8PersonCodec{}), state.Codec[q8Auction](q8AuctionCodec{}),
 		func(_ int64, w stream.Window, p q8Person, _ q8Auction) (Q8Out, error) {

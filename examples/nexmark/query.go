@@ -17,18 +17,8 @@ const (
 	// dateTime - INTERVAL '4' SECOND). The generator's events are in order.
 	OutOfOrderness = 4 * time.Second
 	// Idleness leaves a partition with no record for this long out of
-	// event time. It must exceed the checkpoint interval: a repartition
-	// topic's records become visible only when the checkpoint that wrote
-	// them commits.
+	// event time.
 	Idleness = time.Minute
-	// HopOutOfOrderness is the out-of-orderness allowed after a
-	// repartition hop, where watermarks do not travel: the records of one
-	// window come from every upstream task, each as far along in event
-	// time as its input is, and one checkpoint interval late. A record
-	// later than this is late: q5 and q7 write it marked late, q8's window
-	// join drops it. Tasks that read a backlog drift apart by far more (see
-	// TestWorkerJobs); live, at the input's rate, they stay within it.
-	HopOutOfOrderness = 30 * time.Second
 )
 
 // events adds the source of the Nexmark stream, its event time from each
@@ -52,20 +42,19 @@ func bids(ev stream.Stream[Event], name string) stream.Stream[Bid] {
 }
 
 // rekey keys s by key, moving its records to the task that owns the key.
-// op names the move; wm derives event time after it, from the records'
-// event times.
-type rekey[T any] func(s stream.Stream[T], op string, key func(T) int64, codec state.Codec[T], wm *stream.Watermarks[T]) stream.KeyedStream[int64, T]
+// op names the move; event time goes on across it.
+type rekey[T any] func(s stream.Stream[T], op string, key func(T) int64, codec state.Codec[T]) stream.KeyedStream[int64, T]
 
 // local is the rekey of a graph run by runtime.Run with one task: every
 // key is that task's already, and watermarks flow on.
-func local[T any](s stream.Stream[T], op string, key func(T) int64, _ state.Codec[T], _ *stream.Watermarks[T]) stream.KeyedStream[int64, T] {
+func local[T any](s stream.Stream[T], op string, key func(T) int64, _ state.Codec[T]) stream.KeyedStream[int64, T] {
 	return stream.KeyBy(s, op, key, idCodec{})
 }
 
 // repartition is the rekey of a worker job: through an internal topic.
 func repartition[T any](w *worker.Wiring, job *stream.Job) rekey[T] {
-	return func(s stream.Stream[T], op string, key func(T) int64, codec state.Codec[T], wm *stream.Watermarks[T]) stream.KeyedStream[int64, T] {
-		return worker.Repartition(w, job, s, op, key, idCodec{}, codec, wm)
+	return func(s stream.Stream[T], op string, key func(T) int64, codec state.Codec[T]) stream.KeyedStream[int64, T] {
+		return worker.Repartition(w, job, s, op, key, idCodec{}, codec)
 	}
 }
 
@@ -79,12 +68,6 @@ type idCodec struct{}
 func (idCodec) Append(b []byte, id int64) []byte { return strconv.AppendInt(b, id, 10) }
 
 func (idCodec) Decode(b []byte) (int64, error) { return strconv.ParseInt(string(b), 10, 64) }
-
-// hop is the event time of records read back from a repartition topic:
-// their Kafka timestamps, the event times they had upstream.
-func hop[T any]() *stream.Watermarks[T] {
-	return &stream.Watermarks[T]{OutOfOrderness: HopOutOfOrderness, Idleness: Idleness}
-}
 
 // Jobs are the queries as jobs for `processor run`: nexmark-q0, -q1, -q2,
 // -q3, -q5, -q7 and -q8. Each reads the events from --input (records as

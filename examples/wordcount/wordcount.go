@@ -65,7 +65,7 @@ func Build(w *worker.Wiring, job *stream.Job) error {
 		}
 		return nil
 	})
-	byWord := worker.Repartition(w, job, words, RepartitionName, func(word string) string { return word }, state.String(), state.String(), nil)
+	byWord := worker.Repartition(w, job, words, RepartitionName, func(word string) string { return word }, state.String(), state.String())
 	counts := stream.Process(byWord, CountName, func(s *stream.Setup) (stream.Processor[string, string, Out], error) {
 		count, err := stream.ValueState(s, "count", state.Int64())
 		if err != nil {

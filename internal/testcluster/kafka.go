@@ -89,9 +89,17 @@ func (c *Cluster) Admin(t testing.TB) *kadm.Client {
 // topic included: names should come from UniqueName).
 func (c *Cluster) CreateTopics(t testing.TB, partitions int32, topics ...string) {
 	t.Helper()
+	c.CreateTopicsWith(t, partitions, nil, topics...)
+}
+
+// CreateTopicsWith is CreateTopics with topic configs, such as
+// retention.ms -1 for records whose timestamps are older than the
+// broker's retention (which deletes them at its next check).
+func (c *Cluster) CreateTopicsWith(t testing.TB, partitions int32, configs map[string]*string, topics ...string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := c.Admin(t).CreateTopics(ctx, partitions, -1, nil, topics...)
+	resp, err := c.Admin(t).CreateTopics(ctx, partitions, -1, configs, topics...)
 	if err != nil {
 		t.Fatalf("create topics %v: %v", topics, err)
 	}

@@ -1,0 +1,260 @@
+package kafkabench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/examples/nexmark"
+)
+
+// NexmarkAnchors are published per-core throughputs (events/s per core)
+// of Nexmark queries: Flink 1.13's, from the Nexmark benchmark's results
+// page, which the issue quotes.
+var NexmarkAnchors = map[string]float64{"q0": 155e3, "q1": 158e3, "q2": 175e3, "q5": 22e3, "q7": 12e3, "q8": 146e3}
+
+// NexmarkConfig says what the Nexmark runs measure.
+type NexmarkConfig struct {
+	Queries   []string // q0, q1, ...: jobs nexmark-<q> of the processor
+	Events    int64    // events in the input [2,000,000]
+	EventRate int      // events per second of event time [1,000,000]
+}
+
+// NexmarkRun is one query's run over the whole input.
+type NexmarkRun struct {
+	Query  string
+	Events int64
+	// Elapsed runs from the worker's start until checkpoints had taken
+	// in every event (the job's lag group at the input's end offsets).
+	Elapsed time.Duration
+	// CPU is the worker process's user and system time over Elapsed.
+	CPU time.Duration
+}
+
+// PerSecond is the events per second of wall time.
+func (r NexmarkRun) PerSecond() float64 { return float64(r.Events) / r.Elapsed.Seconds() }
+
+// PerCore is the events per CPU second of the worker: per core.
+func (r NexmarkRun) PerCore() float64 { return float64(r.Events) / r.CPU.Seconds() }
+
+// Nexmark writes nc.Events Nexmark events (Beam's generator, keyed as
+// nexmark.Encode keys them) into a topic of cfg.Partitions partitions,
+// then runs each query's job on them, one after another, in one `processor
+// run` process (the binary bin) with every task: exactly-once, Pebble
+// state, file:// checkpoints every cfg.Interval. A run ends once the
+// job's checkpoints have taken in every event; its figure counts the
+// worker's CPU time, as Nexmark's throughput per core does.
+func Nexmark(ctx context.Context, cfg Config, nc NexmarkConfig, bin string) (Throughput, []NexmarkRun, error) {
+	if nc.Events == 0 {
+		nc.Events = 2_000_000
+	}
+	if nc.EventRate == 0 {
+		nc.EventRate = 1_000_000
+	}
+	if len(nc.Queries) == 0 || nc.Events < 0 {
+		return Throughput{}, nil, fmt.Errorf("kafkabench: bad nexmark settings %+v", nc)
+	}
+	cfg.Records = nc.Events
+	b, done, err := newBench(cfg)
+	if err != nil {
+		return Throughput{}, nil, err
+	}
+	defer done()
+	in := b.topic("nexmark-in")
+	if err := b.create(ctx, in); err != nil {
+		return Throughput{}, nil, err
+	}
+	b.log.Info("generating nexmark events", "topic", in, "events", nc.Events, "partitions", b.cfg.Partitions)
+	gen, err := b.generateNexmark(ctx, in, nc)
+	if err != nil {
+		return gen, nil, fmt.Errorf("generate: %w", err)
+	}
+	var runs []NexmarkRun
+	for _, q := range nc.Queries {
+		r, err := b.nexmarkRun(ctx, bin, in, q, nc.Events)
+		if err != nil {
+			return gen, runs, fmt.Errorf("%s: %w", q, err)
+		}
+		b.log.Info("nexmark run", "query", q, "events_per_s", int(r.PerSecond()), "events_per_core_s", int(r.PerCore()))
+		runs = append(runs, r)
+	}
+	return gen, runs, nil
+}
+
+func (b *bench) generateNexmark(ctx context.Context, topic string, nc NexmarkConfig) (Throughput, error) {
+	gc := nexmark.DefaultConfig(time.Now().Truncate(time.Second))
+	gc.EventsPerSecond = nc.EventRate
+	g, err := nexmark.NewGenerator(gc)
+	if err != nil {
+		return Throughput{}, err
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Brokers...), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		return Throughput{}, err
+	}
+	defer cl.Close()
+	var p promises
+	start := time.Now()
+	for i := range nc.Events {
+		r, err := nexmark.Encode(g.Event(i))
+		if err != nil {
+			return Throughput{}, err
+		}
+		r.Topic = topic
+		cl.Produce(ctx, r, p.promise)
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return Throughput{}, err
+	}
+	return Throughput{Name: "generate nexmark events (plain producer)", Records: nc.Events, Elapsed: time.Since(start)}, p.failed()
+}
+
+func (b *bench) nexmarkRun(ctx context.Context, bin, in, query string, events int64) (NexmarkRun, error) {
+	name := "nexmark-" + query + "-" + b.suffix
+	out := b.topic("nexmark-" + query + "-out")
+	if err := b.create(ctx, out); err != nil {
+		return NexmarkRun{}, err
+	}
+	ends, err := b.adm.ListEndOffsets(ctx, in)
+	if err != nil {
+		return NexmarkRun{}, err
+	}
+	dir := filepath.Join(b.cfg.Dir, name)
+	cmd := exec.CommandContext(ctx, bin, "run", "--job", "nexmark-"+query, "--name", name,
+		"--brokers", strings.Join(b.cfg.Brokers, ","), "--input", in, "--output", out,
+		"--checkpoints", "file://"+filepath.Join(dir, "checkpoints"), "--state-dir", filepath.Join(dir, "state"),
+		"--interval", b.cfg.Interval.String(), "--http-addr", "off", "--log-level", "warn")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return NexmarkRun{}, err
+	}
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return NexmarkRun{}, err
+	}
+	exited := make(chan error, 1)
+	go func() {
+		logTo(stderr, b.cfg.JobLog, query)
+		exited <- cmd.Wait()
+	}()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGKILL)
+		<-exited
+	}()
+	group := name + "-lag"
+	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			return NexmarkRun{}, fmt.Errorf("the worker exited before it took in every event: %v", err)
+		case <-ctx.Done():
+			return NexmarkRun{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		caught, err := b.caughtUp(ctx, group, in, ends)
+		if err != nil {
+			return NexmarkRun{}, err
+		}
+		if !caught {
+			continue
+		}
+		elapsed := time.Since(start)
+		cpu, err := processCPU(cmd.Process.Pid)
+		if err != nil {
+			return NexmarkRun{}, err
+		}
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+			exited <- nil
+		case <-time.After(30 * time.Second):
+		}
+		return NexmarkRun{Query: query, Events: events, Elapsed: elapsed, CPU: cpu}, nil
+	}
+}
+
+// caughtUp reports whether group has committed the end offsets of every
+// partition of topic.
+func (b *bench) caughtUp(ctx context.Context, group, topic string, ends kadm.ListedOffsets) (bool, error) {
+	committed, err := b.adm.FetchOffsets(ctx, group)
+	if err != nil {
+		if errors.Is(err, context.Canceled) {
+			return false, err
+		}
+		return false, nil // the group is not there yet
+	}
+	ok := true
+	ends.Each(func(e kadm.ListedOffset) {
+		c, found := committed.Lookup(topic, e.Partition)
+		if !found || c.At < e.Offset {
+			ok = false
+		}
+	})
+	return ok, nil
+}
+
+// processCPU is the user and system time of process pid so far, from
+// /proc (Linux; USER_HZ is 100 there on every architecture Go runs on).
+func processCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("cpu time of the worker: %w", err)
+	}
+	// Fields after the command name, which is in parentheses and may
+	// hold spaces: state is field 3, utime 14, stime 15.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("cpu time of the worker: /proc/%d/stat: %q", pid, s)
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, fmt.Errorf("cpu time of the worker: /proc/%d/stat: %q", pid, s)
+	}
+	var ticks int64
+	for _, x := range f[11:13] {
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("cpu time of the worker: /proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// logTo passes the worker's log lines to log, at warn (the worker logs
+// warnings and errors only).
+func logTo(r io.Reader, log interface{ Warn(string, ...any) }, query string) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		log.Warn("worker", "query", query, "line", sc.Text())
+	}
+}
+
+// WriteNexmarkTable prints each query's figures beside its anchor.
+func WriteNexmarkTable(w io.Writer, cfg Config, nc NexmarkConfig, gen Throughput, runs []NexmarkRun) {
+	fmt.Fprintf(w, "Nexmark on weir: %d events (%d/s of event time) in %d partitions (= tasks); one `processor run` worker with every task;\n",
+		gen.Records, nc.EventRate, cfg.Partitions)
+	fmt.Fprintf(w, "exactly-once sink, Pebble state, %v checkpoints to file://; input written at %.0f events/s\n", cfg.Interval, gen.PerSecond())
+	fmt.Fprintf(w, "%-6s %9s %12s %9s %18s %18s %10s\n", "query", "seconds", "events/s", "cpu s", "events/s per core", "Flink 1.13 / core", "vs Flink")
+	for _, r := range runs {
+		anchor, ratio := "-", "-"
+		if a, ok := NexmarkAnchors[r.Query]; ok {
+			anchor, ratio = fmt.Sprintf("%.0f", a), fmt.Sprintf("%.2f", r.PerCore()/a)
+		}
+		fmt.Fprintf(w, "%-6s %9.2f %12.0f %9.2f %18.0f %18s %10s\n", r.Query, r.Elapsed.Seconds(), r.PerSecond(), r.CPU.Seconds(), r.PerCore(), anchor, ratio)
+	}
+}
