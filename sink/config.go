@@ -104,6 +104,11 @@ type Config[T any] struct {
 	// DefaultTransactionTimeout. See CheckTimeout.
 	TransactionTimeout time.Duration
 
+	// Compression compresses the record batches the sink writes: "none"
+	// (the default, as Kafka's own producer), "gzip", "snappy", "lz4" or
+	// "zstd".
+	Compression string
+
 	// Watermarks writes the task's watermark into every partition of
 	// Topic, at each checkpoint where it moved, after the checkpoint's
 	// records: a weir source with the same setting reads them back, and
@@ -137,6 +142,9 @@ func (c *Config[T]) Validate() error {
 	}
 	if c.Encode == nil {
 		bad("Encode: nil encoder")
+	}
+	if _, err := ParseCompression(c.Compression); err != nil {
+		bad("Compression: %v", err)
 	}
 	switch c.Delivery {
 	case "", ExactlyOnce:
@@ -185,9 +193,27 @@ func (c *Config[T]) record(v T) (*kgo.Record, error) {
 	return r, nil
 }
 
+// ParseCompression parses a compression setting ("" is "none").
+func ParseCompression(s string) (kgo.CompressionCodec, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "none":
+		return kgo.NoCompression(), nil
+	case "gzip":
+		return kgo.GzipCompression(), nil
+	case "snappy":
+		return kgo.SnappyCompression(), nil
+	case "lz4":
+		return kgo.Lz4Compression(), nil
+	case "zstd":
+		return kgo.ZstdCompression(), nil
+	}
+	return kgo.CompressionCodec{}, fmt.Errorf("%q, want none, gzip, snappy, lz4 or zstd", s)
+}
+
 // clientOpts are the options every producer of the sink starts with.
 func (c *Config[T]) clientOpts() []kgo.Opt {
-	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.DefaultProduceTopic(c.Topic)}
+	codec, _ := ParseCompression(c.Compression) // validated
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.DefaultProduceTopic(c.Topic), kgo.ProducerBatchCompression(codec)}
 	if c.Watermarks {
 		opts = append(opts, kgo.RecordPartitioner(marker.Partitioner()))
 	}

@@ -189,6 +189,35 @@ func (c *Committer) CommitOffsets(ctx context.Context, positions []checkpoint.So
 	return nil
 }
 
+// DeleteRecords deletes the records before positions: each partition's
+// log start offset moves up to its position (never down). Positions
+// without a topic are ignored; where two name one partition, the smaller
+// wins.
+func (c *Committer) DeleteRecords(ctx context.Context, positions []checkpoint.SourcePosition) error {
+	offsets := make(kadm.Offsets)
+	for _, p := range positions {
+		if p.Topic == "" || p.Offset <= 0 {
+			continue
+		}
+		if o, ok := offsets.Lookup(p.Topic, p.Partition); ok && o.At <= p.Offset {
+			continue
+		}
+		offsets.Delete(p.Topic, p.Partition)
+		offsets.Add(kadm.Offset{Topic: p.Topic, Partition: p.Partition, At: p.Offset, LeaderEpoch: -1})
+	}
+	if len(offsets) == 0 {
+		return nil
+	}
+	resp, err := c.adm.DeleteRecords(ctx, offsets)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("delete records: %w", err)
+	}
+	return nil
+}
+
 // Close closes the committer's client.
 func (c *Committer) Close() { c.cl.Close() }
 

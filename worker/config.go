@@ -101,6 +101,10 @@ type Config struct {
 	// Delivery is the sink's guarantee: exactly-once (default),
 	// at-least-once or none.
 	Delivery string
+	// Compression compresses the batches the worker writes (output and
+	// repartition topics): none (default, as Kafka's producer), gzip,
+	// snappy, lz4 or zstd.
+	Compression string
 	// PoolSize is the number of transactional ids per task (exactly-once
 	// only), at least TolerableFailures + 3 (sink.CheckPoolSize). Default
 	// 0: exactly TolerableFailures + 3 (6 with the default 3).
@@ -151,6 +155,7 @@ func DefaultConfig() Config {
 		StateMemtableSize: 64 << 20,
 		StateCacheSize:    64 << 20,
 		Delivery:          string(sink.ExactlyOnce),
+		Compression:       "none",
 		TxnTimeout:        60 * time.Second,
 		RestartAllowance:  30 * time.Second,
 		Start:             string(source.StartEarliest),
@@ -248,6 +253,9 @@ func (c *Config) Validate() error {
 	d, err := sink.ParseDelivery(c.Delivery)
 	if err != nil {
 		bad("delivery", "%q, want exactly-once, at-least-once or none", c.Delivery)
+	}
+	if _, err := sink.ParseCompression(c.Compression); err != nil {
+		bad("compression", "%v", err)
 	}
 	if d == sink.ExactlyOnce {
 		if c.PoolSize < 0 {
@@ -402,6 +410,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.AllowNonRestoredState, "allow-non-restored-state", c.AllowNonRestoredState, "restore checkpoints with state or source positions of operators the job no longer has, dropping them (a renamed source reads from --start)")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "local state directory, a cache of the checkpoints (default: $TMPDIR/weir-state/<name>)")
 	fs.StringVar(&c.Delivery, "delivery", c.Delivery, "sink guarantee: exactly-once, at-least-once or none")
+	fs.StringVar(&c.Compression, "compression", c.Compression, "compression of the batches written to the output and repartition topics: none, gzip, snappy, lz4 or zstd")
 	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "transactional ids per task (exactly-once; at least tolerable failures + 3; default: that)")
 	fs.DurationVar(&c.TxnTimeout, "txn-timeout", c.TxnTimeout, "sink transaction timeout (exactly-once; > interval × (tolerable failures + 1) + restart allowance)")
 	fs.DurationVar(&c.RestartAllowance, "restart-allowance", c.RestartAllowance, "time a failed task may take to restart and resume its transactions")

@@ -132,7 +132,8 @@ func Sink[T any](w *Wiring, encode sink.Encoder[T]) runtime.SinkFactory[T] {
 			}
 			return r, err
 		},
-		Delivery: c.delivery(),
+		Delivery:    c.delivery(),
+		Compression: c.Compression,
 	}
 	if c.delivery() == sink.ExactlyOnce {
 		sc.PoolSize = c.poolSize()

@@ -19,22 +19,58 @@ import (
 // group's offsets, off the observer's goroutine: the newest positions of
 // each task replace older ones not yet committed. Tools that show consumer
 // lag (kafka-consumer-groups.sh, Burrow) read that group.
+//
+// It also purges the job's internal (repartition) topics, as Kafka Streams
+// does: once a task completed checkpoint.DefaultRetained checkpoints here,
+// the records of its internal partitions before the positions of the
+// oldest of the last ones are deleted. No restore goes further back than
+// the oldest checkpoint retention keeps, whose positions are at least
+// those (a restore may fall back to it; positions only grow).
 type lagCommitter struct {
-	c      *source.Committer
-	log    *slog.Logger
-	mu     sync.Mutex
-	latest map[int][]checkpoint.SourcePosition
-	wake   chan struct{}
-	failed bool // a failure was logged at warn; later ones at debug
+	c        *source.Committer
+	log      *slog.Logger
+	internal map[string]bool
+	purger   func(context.Context, []checkpoint.SourcePosition) error
+	mu       sync.Mutex
+	latest   map[int][]checkpoint.SourcePosition
+	history  map[int][][]checkpoint.SourcePosition // per task, its internal positions at its last completions here
+	purge    map[int][]checkpoint.SourcePosition
+	wake     chan struct{}
+	failed   bool // a failure was logged at warn; later ones at debug
+	purgeErr bool // likewise, for purges
 }
 
-func newLagCommitter(c *source.Committer, log *slog.Logger) *lagCommitter {
-	return &lagCommitter{c: c, log: log, latest: map[int][]checkpoint.SourcePosition{}, wake: make(chan struct{}, 1)}
+func newLagCommitter(c *source.Committer, log *slog.Logger, internal []string) *lagCommitter {
+	l := &lagCommitter{c: c, log: log, internal: map[string]bool{}, latest: map[int][]checkpoint.SourcePosition{},
+		history: map[int][][]checkpoint.SourcePosition{}, purge: map[int][]checkpoint.SourcePosition{}, wake: make(chan struct{}, 1)}
+	for _, t := range internal {
+		l.internal[t] = true
+	}
+	if c != nil {
+		l.purger = c.DeleteRecords
+	}
+	return l
 }
 
 func (l *lagCommitter) offer(task int, ps []checkpoint.SourcePosition) {
+	var in []checkpoint.SourcePosition
+	for _, p := range ps {
+		if l.internal[p.Topic] {
+			in = append(in, checkpoint.SourcePosition{Topic: p.Topic, Partition: p.Partition, Offset: p.Offset})
+		}
+	}
 	l.mu.Lock()
 	l.latest[task] = ps
+	if len(in) > 0 {
+		h := append(l.history[task], in)
+		if len(h) > checkpoint.DefaultRetained {
+			h = h[len(h)-checkpoint.DefaultRetained:]
+		}
+		l.history[task] = h
+		if len(h) == checkpoint.DefaultRetained {
+			l.purge[task] = h[0]
+		}
+	}
 	l.mu.Unlock()
 	select {
 	case l.wake <- struct{}{}:
@@ -65,17 +101,40 @@ func (l *lagCommitter) commit(ctx context.Context) {
 	}
 	clear(l.latest)
 	l.mu.Unlock()
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l.purgeNow(cctx)
 	if len(ps) == 0 {
 		return
 	}
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
 	if err := l.c.CommitOffsets(cctx, ps); err != nil {
 		if !l.failed {
 			l.log.Warn("lag offsets not committed (monitoring only; checkpoints are unaffected)", "err", err)
 			l.failed = true
 		} else {
 			l.log.Debug("lag offsets not committed", "err", err)
+		}
+	}
+}
+
+// purgeNow deletes what offer found purgeable.
+func (l *lagCommitter) purgeNow(ctx context.Context) {
+	l.mu.Lock()
+	var purge []checkpoint.SourcePosition
+	for _, t := range slices.Sorted(maps.Keys(l.purge)) {
+		purge = append(purge, l.purge[t]...)
+	}
+	clear(l.purge)
+	l.mu.Unlock()
+	if len(purge) == 0 || l.purger == nil {
+		return
+	}
+	if err := l.purger(ctx, purge); err != nil {
+		if !l.purgeErr {
+			l.log.Warn("internal topics not purged (they keep growing until a later purge succeeds)", "err", err)
+			l.purgeErr = true
+		} else {
+			l.log.Debug("internal topics not purged", "err", err)
 		}
 	}
 }

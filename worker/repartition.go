@@ -56,8 +56,9 @@ func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op st
 			}
 			return &kgo.Record{Key: keyCodec.Append(nil, key(v.Value)), Value: b, Timestamp: v.Time}, nil
 		},
-		Delivery:   c.delivery(),
-		Watermarks: true,
+		Delivery:    c.delivery(),
+		Compression: c.Compression,
+		Watermarks:  true,
 	}
 	if c.delivery() == sink.ExactlyOnce {
 		sc.PoolSize = c.poolSize()

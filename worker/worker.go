@@ -170,7 +170,7 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	if err != nil {
 		return err
 	}
-	lag := newLagCommitter(committer, log)
+	lag := newLagCommitter(committer, log, internal)
 	reg.MustRegister(newLagCollector(w, committer))
 	lagDone := make(chan struct{})
 	lagCtx, stopLag := context.WithCancel(context.WithoutCancel(ctx))

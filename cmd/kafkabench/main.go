@@ -47,6 +47,7 @@ func main() {
 	queries := flag.String("nexmark", "", "instead: run these Nexmark queries, e.g. q0,q1,q2,q5,q7,q8, each in one worker process over --events events, and print events/s per core (needs --processor)")
 	var nc kafkabench.NexmarkConfig
 	flag.Int64Var(&nc.Events, "events", 2_000_000, "Nexmark events for --nexmark")
+	flag.IntVar(&nc.Runs, "runs", 3, "runs of each query for --nexmark; the median is reported")
 	flag.IntVar(&nc.EventRate, "event-rate", 1_000_000, "Nexmark events per second of event time for --nexmark (Flink's Nexmark: its TPS)")
 	flag.Parse()
 	if brokers == "" || flag.NArg() > 0 {

@@ -1,6 +1,7 @@
 package nexmark
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -89,7 +90,8 @@ func Decode(r *kgo.Record) (Event, error) {
 			return Event{}, fmt.Errorf("nexmark: value is not an event: %w", err)
 		}
 	}
-	if want := strconv.FormatInt(e.Key(), 10); string(r.Key) != want {
+	var buf [20]byte
+	if want := strconv.AppendInt(buf[:0], e.Key(), 10); !bytes.Equal(r.Key, want) {
 		return Event{}, fmt.Errorf("nexmark: record key %q is not the %s's %s", r.Key, e.Kind(), want)
 	}
 	return e, nil

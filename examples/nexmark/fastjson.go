@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -90,18 +91,14 @@ const hexDigits = "0123456789abcdef"
 // appendJSONString quotes s as encoding/json does: HTML characters and
 // controls escaped; anything not ASCII through encoding/json itself.
 func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if s[i] >= utf8.RuneSelf {
-			v, _ := json.Marshal(s) // a string always marshals
-			return append(b, v...)
-		}
-	}
+	mark := len(b)
 	b = append(b, '"')
 	start := 0
-	for i := 0; i < len(s); i++ {
+	for i := plainEncode(s, 0); i < len(s); i = plainEncode(s, i+1) {
 		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&' {
-			continue
+		if c >= utf8.RuneSelf {
+			v, _ := json.Marshal(s) // a string always marshals
+			return append(b[:mark], v...)
 		}
 		b = append(b, s[start:i]...)
 		switch c {
@@ -125,9 +122,11 @@ func appendJSONString(b []byte, s string) []byte {
 // errSlow sends a value the fast reader does not take to encoding/json.
 var errSlow = errors.New("not the fast codec's shape")
 
-// parseEvent reads a value appendEvent wrote, or returns errSlow.
+// parseEvent reads a value appendEvent wrote, or returns errSlow. The
+// value is copied into one string, and the event's strings without
+// escapes are slices of it: one allocation for all of them.
 func parseEvent(b []byte) (Event, error) {
-	s := scanner{b: b}
+	s := scanner{b: string(b)}
 	s.expect('{')
 	if s.key() != "type" {
 		return Event{}, errSlow
@@ -190,7 +189,7 @@ func parseEvent(b []byte) (Event, error) {
 // scanner reads JSON tokens of the shape appendEvent writes (whitespace
 // allowed between them); any surprise sets err to errSlow.
 type scanner struct {
-	b   []byte
+	b   string
 	i   int
 	err error
 }
@@ -240,7 +239,7 @@ func (s *scanner) intField(name string, first bool) int64 {
 	for s.i < len(s.b) && s.b[s.i] >= '0' && s.b[s.i] <= '9' {
 		s.i++
 	}
-	v, err := strconv.ParseInt(string(s.b[start:s.i]), 10, 64)
+	v, err := strconv.ParseInt(s.b[start:s.i], 10, 64)
 	if err != nil || s.i < len(s.b) && (s.b[s.i] == '.' || s.b[s.i] == 'e' || s.b[s.i] == 'E') {
 		s.err = errSlow // a float, or out of range: encoding/json says which
 	}
@@ -272,40 +271,42 @@ func (s *scanner) str() string {
 		return ""
 	}
 	start := s.i
-	for s.i < len(s.b) {
-		switch c := s.b[s.i]; {
-		case c == '"':
-			v := string(s.b[start:s.i])
+	if s.i = plainDecode(s.b, s.i); s.i < len(s.b) {
+		switch s.b[s.i] {
+		case '"':
+			v := s.b[start:s.i]
 			s.i++
 			return v
-		case c == '\\':
+		case '\\':
 			return s.escaped(start)
-		case c < 0x20 || c >= utf8.RuneSelf:
-			s.err = errSlow // controls are invalid; let encoding/json judge UTF-8
-			return ""
 		}
-		s.i++
 	}
-	s.err = errSlow
+	s.err = errSlow // a control (invalid), or not ASCII: encoding/json judges UTF-8
 	return ""
 }
 
-// escaped reads the rest of a string that has escapes, from start.
+// escaped reads the rest of a string that has escapes, from start: runs
+// of plain bytes are copied at once, into a builder sized for the rest of
+// the value, so that the string is allocated once.
 func (s *scanner) escaped(start int) string {
-	out := append([]byte(nil), s.b[start:s.i]...)
+	var out strings.Builder
+	out.Grow(len(s.b) - start)
+	out.WriteString(s.b[start:s.i])
 	for s.i < len(s.b) {
-		c := s.b[s.i]
-		switch {
-		case c == '"':
+		j := plainDecode(s.b, s.i)
+		out.WriteString(s.b[s.i:j])
+		s.i = j
+		if j == len(s.b) {
+			break
+		}
+		switch s.b[j] {
+		case '"':
 			s.i++
-			return string(out)
-		case c < 0x20 || c >= utf8.RuneSelf:
-			s.err = errSlow
+			return out.String()
+		case '\\':
+		default:
+			s.err = errSlow // controls are invalid; let encoding/json judge UTF-8
 			return ""
-		case c != '\\':
-			out = append(out, c)
-			s.i++
-			continue
 		}
 		if s.i+1 >= len(s.b) {
 			break
@@ -314,17 +315,17 @@ func (s *scanner) escaped(start int) string {
 		s.i += 2
 		switch e {
 		case '"', '\\', '/':
-			out = append(out, e)
+			out.WriteByte(e)
 		case 'b':
-			out = append(out, '\b')
+			out.WriteByte('\b')
 		case 'f':
-			out = append(out, '\f')
+			out.WriteByte('\f')
 		case 'n':
-			out = append(out, '\n')
+			out.WriteByte('\n')
 		case 'r':
-			out = append(out, '\r')
+			out.WriteByte('\r')
 		case 't':
-			out = append(out, '\t')
+			out.WriteByte('\t')
 		case 'u':
 			r, ok := s.hex4()
 			if !ok {
@@ -345,7 +346,7 @@ func (s *scanner) escaped(start int) string {
 					return ""
 				}
 			}
-			out = utf8.AppendRune(out, r)
+			out.WriteRune(r)
 		default:
 			s.err = errSlow
 			return ""
@@ -360,11 +361,69 @@ func (s *scanner) hex4() (rune, bool) {
 		s.err = errSlow
 		return 0, false
 	}
-	v, err := strconv.ParseUint(string(s.b[s.i:s.i+4]), 16, 32)
+	v, err := strconv.ParseUint(s.b[s.i:s.i+4], 16, 32)
 	if err != nil {
 		s.err = errSlow
 		return 0, false
 	}
 	s.i += 4
 	return rune(v), true
+}
+
+// Word-at-a-time scanning for the bytes JSON strings treat specially, 8
+// bytes per step (the classic "has zero byte" bit trick): most of an
+// event's bytes are plain text.
+const (
+	ones  = 0x0101010101010101
+	highs = 0x8080808080808080
+)
+
+// hasLess has the high bit set in each byte of w that is below n (n <=
+// 0x80; bits above the first such byte may be set too).
+func hasLess(w uint64, n byte) uint64 { return (w - ones*uint64(n)) & ^w & highs }
+
+// hasByte has the high bit set in the first byte of w that equals c, at
+// least.
+func hasByte(w uint64, c byte) uint64 { return hasLess(w^(ones*uint64(c)), 1) }
+
+// word is the 8 bytes of s at i, little-endian.
+func word(s string, i int) uint64 {
+	_ = s[i+7]
+	return uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+		uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+}
+
+// plainDecode returns the index of the first byte at or after i that a
+// JSON string reader must look at: a quote, a backslash, a control or a
+// byte of a multi-byte character; len(s) if none.
+func plainDecode(s string, i int) int {
+	for ; i+8 <= len(s); i += 8 {
+		w := word(s, i)
+		if hasByte(w, '"')|hasByte(w, '\\')|hasLess(w, 0x20)|w&highs != 0 {
+			break
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c == '"' || c == '\\' || c < 0x20 || c >= utf8.RuneSelf {
+			return i
+		}
+	}
+	return i
+}
+
+// plainEncode returns the index of the first byte at or after i that
+// appendJSONString must escape or hand to encoding/json; len(s) if none.
+func plainEncode(s string, i int) int {
+	for ; i+8 <= len(s); i += 8 {
+		w := word(s, i)
+		if hasByte(w, '"')|hasByte(w, '\\')|hasByte(w, '<')|hasByte(w, '>')|hasByte(w, '&')|hasLess(w, 0x20)|w&highs != 0 {
+			break
+		}
+	}
+	for ; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' || c >= utf8.RuneSelf {
+			return i
+		}
+	}
+	return i
 }

@@ -2,6 +2,7 @@ package kafkabench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,6 +32,7 @@ type NexmarkConfig struct {
 	Queries   []string // q0, q1, ...: jobs nexmark-<q> of the processor
 	Events    int64    // events in the input [2,000,000]
 	EventRate int      // events per second of event time [1,000,000]
+	Runs      int      // runs of each query, its median reported [3]
 }
 
 // NexmarkRun is one query's run over the whole input.
@@ -63,7 +66,10 @@ func Nexmark(ctx context.Context, cfg Config, nc NexmarkConfig, bin string) (Thr
 	if nc.EventRate == 0 {
 		nc.EventRate = 1_000_000
 	}
-	if len(nc.Queries) == 0 || nc.Events < 0 {
+	if nc.Runs == 0 {
+		nc.Runs = 3
+	}
+	if len(nc.Queries) == 0 || nc.Events < 0 || nc.Runs < 0 {
 		return Throughput{}, nil, fmt.Errorf("kafkabench: bad nexmark settings %+v", nc)
 	}
 	cfg.Records = nc.Events
@@ -81,14 +87,18 @@ func Nexmark(ctx context.Context, cfg Config, nc NexmarkConfig, bin string) (Thr
 	if err != nil {
 		return gen, nil, fmt.Errorf("generate: %w", err)
 	}
+	// Round after round, so that drift on the machine (the broker's
+	// page cache, its log cleaner) falls on every query alike.
 	var runs []NexmarkRun
-	for _, q := range nc.Queries {
-		r, err := b.nexmarkRun(ctx, bin, in, q, nc.Events)
-		if err != nil {
-			return gen, runs, fmt.Errorf("%s: %w", q, err)
+	for k := range nc.Runs {
+		for _, q := range nc.Queries {
+			r, err := b.nexmarkRun(ctx, bin, in, q, k, nc.Events)
+			if err != nil {
+				return gen, runs, fmt.Errorf("%s: %w", q, err)
+			}
+			b.log.Info("nexmark run", "query", q, "run", k+1, "events_per_s", int(r.PerSecond()), "events_per_core_s", int(r.PerCore()))
+			runs = append(runs, r)
 		}
-		b.log.Info("nexmark run", "query", q, "events_per_s", int(r.PerSecond()), "events_per_core_s", int(r.PerCore()))
-		runs = append(runs, r)
 	}
 	return gen, runs, nil
 }
@@ -100,7 +110,9 @@ func (b *bench) generateNexmark(ctx context.Context, topic string, nc NexmarkCon
 	if err != nil {
 		return Throughput{}, err
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Brokers...), kgo.ProducerLinger(5*time.Millisecond))
+	// Uncompressed, as Kafka's own producer writes by default (the
+	// workers write so too).
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.cfg.Brokers...), kgo.ProducerLinger(5*time.Millisecond), kgo.ProducerBatchCompression(kgo.NoCompression()))
 	if err != nil {
 		return Throughput{}, err
 	}
@@ -121,9 +133,9 @@ func (b *bench) generateNexmark(ctx context.Context, topic string, nc NexmarkCon
 	return Throughput{Name: "generate nexmark events (plain producer)", Records: nc.Events, Elapsed: time.Since(start)}, p.failed()
 }
 
-func (b *bench) nexmarkRun(ctx context.Context, bin, in, query string, events int64) (NexmarkRun, error) {
-	name := "nexmark-" + query + "-" + b.suffix
-	out := b.topic("nexmark-" + query + "-out")
+func (b *bench) nexmarkRun(ctx context.Context, bin, in, query string, run int, events int64) (NexmarkRun, error) {
+	name := fmt.Sprintf("nexmark-%s-%d-%s", query, run, b.suffix)
+	out := b.topic(fmt.Sprintf("nexmark-%s-%d-out", query, run))
 	if err := b.create(ctx, out); err != nil {
 		return NexmarkRun{}, err
 	}
@@ -244,17 +256,31 @@ func logTo(r io.Reader, log interface{ Warn(string, ...any) }, query string) {
 	}
 }
 
-// WriteNexmarkTable prints each query's figures beside its anchor.
+// WriteNexmarkTable prints each query's median run (by events/s per
+// core) beside its anchor, with the range of its runs.
 func WriteNexmarkTable(w io.Writer, cfg Config, nc NexmarkConfig, gen Throughput, runs []NexmarkRun) {
 	fmt.Fprintf(w, "Nexmark on weir: %d events (%d/s of event time) in %d partitions (= tasks); one `processor run` worker with every task;\n",
 		gen.Records, nc.EventRate, cfg.Partitions)
-	fmt.Fprintf(w, "exactly-once sink, Pebble state, %v checkpoints to file://; input written at %.0f events/s\n", cfg.Interval, gen.PerSecond())
-	fmt.Fprintf(w, "%-6s %9s %12s %9s %18s %18s %10s\n", "query", "seconds", "events/s", "cpu s", "events/s per core", "Flink 1.13 / core", "vs Flink")
-	for _, r := range runs {
+	fmt.Fprintf(w, "exactly-once sink, Pebble state, %v checkpoints to file://; input written at %.0f events/s; median of %d runs\n",
+		cfg.Interval, gen.PerSecond(), nc.Runs)
+	fmt.Fprintf(w, "%-6s %9s %12s %9s %18s %18s %18s %10s\n", "query", "seconds", "events/s", "cpu s", "events/s per core", "(range)", "Flink 1.13 / core", "vs Flink")
+	for _, q := range nc.Queries {
+		var qs []NexmarkRun
+		for _, r := range runs {
+			if r.Query == q {
+				qs = append(qs, r)
+			}
+		}
+		if len(qs) == 0 {
+			continue
+		}
+		slices.SortFunc(qs, func(a, b NexmarkRun) int { return cmp.Compare(a.PerCore(), b.PerCore()) })
+		r := qs[len(qs)/2]
 		anchor, ratio := "-", "-"
-		if a, ok := NexmarkAnchors[r.Query]; ok {
+		if a, ok := NexmarkAnchors[q]; ok {
 			anchor, ratio = fmt.Sprintf("%.0f", a), fmt.Sprintf("%.2f", r.PerCore()/a)
 		}
-		fmt.Fprintf(w, "%-6s %9.2f %12.0f %9.2f %18.0f %18s %10s\n", r.Query, r.Elapsed.Seconds(), r.PerSecond(), r.CPU.Seconds(), r.PerCore(), anchor, ratio)
+		span := fmt.Sprintf("%.0f-%.0f", qs[0].PerCore(), qs[len(qs)-1].PerCore())
+		fmt.Fprintf(w, "%-6s %9.2f %12.0f %9.2f %18.0f %18s %18s %10s\n", q, r.Elapsed.Seconds(), r.PerSecond(), r.CPU.Seconds(), r.PerCore(), span, anchor, ratio)
 	}
 }
