@@ -258,6 +258,14 @@ var commands = map[string]how{
 	// With WEIR_KAFKA_DIR in the session's directory, where no broker runs.
 	"scripts/kafka status": {run: true, exit: 3, want: []string{"stopped"}},
 
+	// docs/benchmarks.md: the Nexmark benchmark, minutes long; its harness
+	// runs small in TestNexmarkBench.
+	"go build -o kafkabench ./cmd/kafkabench":                       {run: true},
+	"B=$(WEIR_KAFKA_DIR=/tmp/weir-kafka-bench scripts/kafka start)": {by: []ref{ciStep("addr=$(scripts/kafka start)")}},
+	"./kafkabench --brokers $B --nexmark q0,q1,q2,q5,q7,q8 --events 5000000 --processor ./processor": {by: []ref{
+		{file: "integration/nexmarkbench_test.go", text: "func TestNexmarkBench(", name: "TestNexmarkBench"}}},
+	"WEIR_KAFKA_DIR=/tmp/weir-kafka-bench scripts/kafka stop": {by: []ref{ciStep("scripts/kafka stop")}},
+
 	// docs/operating.md and docs/writing-jobs.md.
 	"go run ./cmd/processor run -h":            {run: true, once: true, want: []string{"-txn-timeout", "WEIR_SOME_FLAG"}},
 	"docker build -t weir .":                   {docker: true, once: true},

@@ -75,7 +75,7 @@ func TestDocNames(t *testing.T) {
 			}
 			for _, m := range flagToken.FindAllStringSubmatch(line, -1) {
 				if _, ok := flags[m[1]]; !ok {
-					at("--%s is not a flag of processor run, generate, verify, checkpoints or demo (nor a known other tool's)", m[1])
+					at("--%s is not a flag of processor run, generate, verify, checkpoints or demo, nor of kafkabench (nor a known other tool's)", m[1])
 				}
 			}
 			for _, v := range envToken.FindAllString(line, -1) {
@@ -154,7 +154,8 @@ var (
 	flagsErr  string
 )
 
-// processorFlags are the flags of every processor command, from -h.
+// processorFlags are the flags of every processor command and of
+// kafkabench, from -h.
 func processorFlags(t *testing.T, root string) map[string]string {
 	flagsOnce.Do(func() {
 		bin := filepath.Join(os.TempDir(), "weir-docs-processor-"+strings.ReplaceAll(t.Name(), "/", "-"))
@@ -178,12 +179,30 @@ func processorFlags(t *testing.T, root string) map[string]string {
 				flagsSeen[m[1]] = "processor " + strings.Join(args, " ")
 			}
 		}
+		// The benchmark harness of docs/benchmarks.md.
+		kb := bin + "-kafkabench"
+		defer os.Remove(kb)
+		build = exec.Command(goBinary(), "build", "-o", kb, "./cmd/kafkabench")
+		build.Dir = root
+		if out, err := build.CombinedOutput(); err != nil {
+			flagsErr = "go build ./cmd/kafkabench: " + err.Error() + "\n" + string(out)
+			return
+		}
+		out, _ := exec.Command(kb, "-h").CombinedOutput() // -h exits 0 or 2 by Go version; the list is what counts
+		for _, m := range helpFlag.FindAllStringSubmatch(string(out), -1) {
+			if _, ok := flagsSeen[m[1]]; !ok {
+				flagsSeen[m[1]] = "kafkabench"
+			}
+		}
 	})
 	if flagsErr != "" {
 		t.Fatal(flagsErr)
 	}
 	if _, ok := flagsSeen["txn-timeout"]; !ok {
 		t.Fatalf("processor run -h lists no --txn-timeout: cannot read the flags (%d found)", len(flagsSeen))
+	}
+	if _, ok := flagsSeen["nexmark"]; !ok {
+		t.Fatalf("kafkabench -h lists no --nexmark: cannot read its flags")
 	}
 	return maps.Clone(flagsSeen)
 }

@@ -49,10 +49,23 @@ func (r *carriedReader) Positions() []checkpoint.SourcePosition {
 
 func (r *carriedReader) Close() error { return nil }
 
-// watermarkSink records the watermarks its writer takes.
+// watermarkSink records the watermarks its writer takes, and counts the
+// records whose event time (WriteAt) is not their value.
 type watermarkSink struct {
-	mu  sync.Mutex
-	wms []runtime.Watermark
+	mu       sync.Mutex
+	wms      []runtime.Watermark
+	records  int
+	mistimed int
+}
+
+func (s *watermarkSink) WriteAt(_ context.Context, v int64, ts int64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.records++
+	if ts != v {
+		s.mistimed++
+	}
+	return nil
 }
 
 func (s *watermarkSink) Write(context.Context, int64) error { return nil }
@@ -60,7 +73,7 @@ func (s *watermarkSink) PreCommit(context.Context, checkpoint.ID) ([]checkpoint.
 	return nil, nil
 }
 func (s *watermarkSink) Commit(context.Context, checkpoint.ID) error { return nil }
-func (s *watermarkSink) Close() error                               { return nil }
+func (s *watermarkSink) Close() error                                { return nil }
 func (s *watermarkSink) Watermark(w runtime.Watermark) {
 	s.mu.Lock()
 	s.wms = append(s.wms, w)
@@ -70,7 +83,7 @@ func (s *watermarkSink) Watermark(w runtime.Watermark) {
 // TestCarriedWatermarks: a source whose splits carry their watermarks
 // sends each after the records it polled with it, never before them (no
 // record is late), and a sink whose writer takes watermarks gets them all,
-// in order, ending with the end of input.
+// in order, ending with the end of input, and each record's event time.
 func TestCarriedWatermarks(t *testing.T) {
 	const polls = 10
 	job := stream.NewJob("carried")
@@ -108,6 +121,9 @@ func TestCarriedWatermarks(t *testing.T) {
 	}
 	if late != 0 {
 		t.Errorf("%d records late: a carried watermark went ahead of the records polled with it", late)
+	}
+	if ws.records != polls*100 || ws.mistimed != 0 {
+		t.Errorf("the sink wrote %d records at their event time, %d at another, want %d", ws.records-ws.mistimed, ws.mistimed, polls*100)
 	}
 	if want := int64((polls-1)*100 - 1); seen != want {
 		t.Errorf("the last watermark records met was %d, want %d", seen, want)

@@ -98,6 +98,14 @@ type SinkWriter[T any] interface {
 	Close() error
 }
 
+// TimestampWriter is a SinkWriter that takes each record's event time
+// (Position.Timestamp, Unix ms): the Kafka sink writes it as the record's
+// timestamp, as Flink's KafkaSink and Kafka Streams do. The runtime calls
+// WriteAt instead of Write.
+type TimestampWriter[T any] interface {
+	WriteAt(ctx context.Context, v T, timestamp int64) error
+}
+
 // SinkFactory opens a sink writer for a task. restored holds the committables
 // of the manifest the task restores from: the factory commits them before it
 // returns (recovery order, see DESIGN.md).

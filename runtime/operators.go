@@ -261,10 +261,14 @@ type sinkOp[T any] struct {
 	opBase
 	ctx    context.Context
 	writer SinkWriter[T]
+	timed  TimestampWriter[T] // the writer, if it takes event times
 }
 
 func (s *sinkOp[T]) write(v T) (err error) {
 	defer s.recoverTo(&err)
+	if s.timed != nil {
+		return s.timed.WriteAt(s.ctx, v, s.cursor.Timestamp)
+	}
 	return s.writer.Write(s.ctx, v)
 }
 
@@ -338,6 +342,7 @@ func Sink[T any](in *Port[T], name string, factory SinkFactory[T]) {
 				return fmt.Errorf("open sink %s: %w", n.name, err)
 			}
 			op.writer = w
+			op.timed, _ = w.(TimestampWriter[T])
 			t.addCloser(op.close)
 			return nil
 		})

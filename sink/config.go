@@ -84,7 +84,12 @@ type Config[T any] struct {
 	// Topic receives the records whose encoder left Record.Topic empty.
 	// Required.
 	Topic string
-	// Encode turns a value into a record. Required.
+	// Encode turns a value into a record. Required. A record it leaves
+	// without a timestamp gets the event time of the value (the
+	// timestamp of the record it came from, or what the source's
+	// watermark strategy extracted; see runtime.Position), as Flink's
+	// KafkaSink and Kafka Streams write it; without one, the time of
+	// writing.
 	Encode Encoder[T]
 
 	// Delivery is ExactlyOnce by default.
@@ -178,14 +183,18 @@ func (c *Config[T]) Validate() error {
 	return errors.Join(errs...)
 }
 
-// record encodes v, addressed to c.Topic unless Encode chose a topic.
-func (c *Config[T]) record(v T) (*kgo.Record, error) {
+// record encodes v, addressed to c.Topic unless Encode chose a topic, with
+// timestamp ts (Unix ms; none if not positive) unless Encode set one.
+func (c *Config[T]) record(v T, ts int64) (*kgo.Record, error) {
 	r, err := c.Encode(v)
 	if err != nil {
 		return nil, fmt.Errorf("encode: %w", err)
 	}
 	if r.Topic == "" {
 		r.Topic = c.Topic
+	}
+	if ts > 0 && r.Timestamp.IsZero() {
+		r.Timestamp = time.UnixMilli(ts)
 	}
 	if c.Watermarks && r.Topic != c.Topic {
 		return nil, fmt.Errorf("encode: record for topic %q, but Watermarks are written into %q only", r.Topic, c.Topic)

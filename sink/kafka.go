@@ -224,11 +224,14 @@ func (w *txnWriter[T]) openNext() {
 	w.cur, w.written = i, 0
 }
 
-func (w *txnWriter[T]) Write(ctx context.Context, v T) error {
+func (w *txnWriter[T]) Write(ctx context.Context, v T) error { return w.WriteAt(ctx, v, -1) }
+
+// WriteAt implements runtime.TimestampWriter.
+func (w *txnWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
 	if err := w.failed.get(); err != nil {
 		return err
 	}
-	r, err := w.cfg.record(v)
+	r, err := w.cfg.record(v, ts)
 	if err != nil {
 		return err
 	}
@@ -371,11 +374,14 @@ func openPlain[T any](cfg Config[T], info runtime.TaskInfo, log *slog.Logger) (*
 	return &plainWriter[T]{cfg: cfg, cl: cl, flush: cfg.delivery() == AtLeastOnce, log: log, marks: newMarks(cfg, info)}, nil
 }
 
-func (w *plainWriter[T]) Write(ctx context.Context, v T) error {
+func (w *plainWriter[T]) Write(ctx context.Context, v T) error { return w.WriteAt(ctx, v, -1) }
+
+// WriteAt implements runtime.TimestampWriter.
+func (w *plainWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
 	if err := w.failed.get(); err != nil {
 		return err
 	}
-	r, err := w.cfg.record(v)
+	r, err := w.cfg.record(v, ts)
 	if err != nil {
 		return err
 	}

@@ -515,3 +515,59 @@ func TestAbort(t *testing.T) {
 	}
 	e.wantCommitted("a")
 }
+
+// TestEventTimeStamps: a record whose encoder sets no timestamp gets the
+// event time the runtime passes (WriteAt), one that sets its own keeps
+// it, and one without an event time gets the time of writing.
+func TestEventTimeStamps(t *testing.T) {
+	for _, d := range []Delivery{ExactlyOnce, AtLeastOnce} {
+		t.Run(string(d), func(t *testing.T) {
+			e := newEnv(t)
+			cfg := e.config()
+			own := time.UnixMilli(1_600_000_000_000)
+			cfg.Encode = func(s string) (*kgo.Record, error) {
+				r := kgo.StringRecord(s)
+				if s == "own" {
+					r.Timestamp = own
+				}
+				return r, nil
+			}
+			if d != ExactlyOnce {
+				cfg.Delivery, cfg.TransactionalIDPrefix, cfg.TransactionTimeout = d, "", 0
+			}
+			w, err := e.open(cfg, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			event := int64(1_700_000_000_123)
+			before := time.Now().Add(-time.Second)
+			tw := w.(runtime.TimestampWriter[string])
+			for _, v := range []string{"event", "own"} {
+				if err := tw.WriteAt(ctx(t), v, event); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := tw.WriteAt(ctx(t), "none", -1); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.PreCommit(ctx(t), 1); err != nil {
+				t.Fatal(err)
+			}
+			commit(t, w, 1)
+			cl := e.cluster.Client(t, kgo.ConsumeTopics(e.topic), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+				kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+			got := map[string]time.Time{}
+			for len(got) < 3 {
+				fs := cl.PollFetches(ctx(t))
+				if err := fs.Err0(); err != nil {
+					t.Fatal(err)
+				}
+				fs.EachRecord(func(r *kgo.Record) { got[string(r.Value)] = r.Timestamp })
+			}
+			if !got["event"].Equal(time.UnixMilli(event)) || !got["own"].Equal(own) || got["none"].Before(before) {
+				t.Fatalf("timestamps %v: want event %v, own %v, none after %v", got, time.UnixMilli(event), own, before)
+			}
+		})
+	}
+}

@@ -167,6 +167,19 @@ func (c countingWriter[T]) Write(ctx context.Context, v T) error {
 	return nil
 }
 
+// WriteAt passes the event time on to the Kafka sink.
+func (c countingWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
+	tw, ok := c.SinkWriter.(runtime.TimestampWriter[T])
+	if !ok {
+		return c.Write(ctx, v)
+	}
+	if err := tw.WriteAt(ctx, v, ts); err != nil {
+		return err
+	}
+	c.n.Add(1)
+	return nil
+}
+
 // buildPlan builds the plan of the job c names among jobs, and lists the
 // internal topics it needs.
 func buildPlan(c *Config, jobs []Job, st *Stats, k *kpromSet) (*runtime.Plan, []string, error) {

@@ -48,3 +48,18 @@ func BenchmarkGenerate(b *testing.B) {
 		g.Event(i)
 	}
 }
+
+func BenchmarkEncodeBid(b *testing.B) {
+	var bids []nexmark.Bid
+	for _, e := range generate(b, testConfig(), 5000) {
+		if e.Bid != nil {
+			bids = append(bids, *e.Bid)
+		}
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		if _, err := nexmark.EncodeBid(bids[i%len(bids)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -30,7 +30,11 @@ func Euros(cents int64) int64 { return cents * 908 / 1000 }
 
 // EncodeBid writes a bid of q0 or q1 as JSON, keyed by its auction.
 func EncodeBid(b Bid) (*kgo.Record, error) {
-	return &kgo.Record{Key: strconv.AppendInt(nil, b.Auction, 10), Value: appendBidJSON(make([]byte, 0, len(b.Channel)+len(b.URL)+len(b.Extra)*9/8+150), b)}, nil
+	// Key and value in one allocation.
+	buf := make([]byte, 0, 20+len(b.Channel)+len(b.URL)+len(b.Extra)*9/8+150)
+	key := strconv.AppendInt(buf, b.Auction, 10)
+	value := appendBidJSON(key[len(key):], b)
+	return &kgo.Record{Key: key[:len(key):len(key)], Value: value}, nil
 }
 
 // Q2Out is a result of q2: a bid's auction and price.
