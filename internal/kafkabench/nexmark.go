@@ -63,7 +63,8 @@ func (r NexmarkRun) PerCore() float64 { return float64(r.Events) / r.CPU.Seconds
 // run` process (the binary bin) with every task: exactly-once, Pebble
 // state, file:// checkpoints every cfg.Interval. A run ends once the
 // job's checkpoints have taken in every event; its figure counts the
-// worker's CPU time, as Nexmark's throughput per core does.
+// worker's CPU time, as Nexmark's throughput per core does. Each run's
+// topics are deleted after it, the input at the end.
 func Nexmark(ctx context.Context, cfg Config, nc NexmarkConfig, bin string) (Throughput, []NexmarkRun, error) {
 	if nc.Events == 0 {
 		nc.Events = 2_000_000
@@ -87,6 +88,7 @@ func Nexmark(ctx context.Context, cfg Config, nc NexmarkConfig, bin string) (Thr
 	if err := b.create(ctx, in); err != nil {
 		return Throughput{}, nil, err
 	}
+	defer b.deleteTopics(in)
 	b.log.Info("generating nexmark events", "topic", in, "events", nc.Events, "partitions", b.cfg.Partitions)
 	gen, err := b.generateNexmark(ctx, in, nc)
 	if err != nil {
@@ -144,6 +146,9 @@ func (b *bench) nexmarkRun(ctx context.Context, bin, in, query string, run int) 
 	if err := b.create(ctx, out); err != nil {
 		return NexmarkRun{}, err
 	}
+	// Its output and internal topics go with the run: a full benchmark
+	// writes tens of gigabytes.
+	defer b.deleteTopics(out, name+"-")
 	ends, err := b.adm.ListEndOffsets(ctx, in)
 	if err != nil {
 		return NexmarkRun{}, err
@@ -215,6 +220,37 @@ func (b *bench) nexmarkRun(ctx context.Context, bin, in, query string, run int) 
 		case <-time.After(30 * time.Second):
 		}
 		return NexmarkRun{Query: query, Events: taken - fromN, Elapsed: now.Sub(from), CPU: cpu - fromCPU, Total: now.Sub(start)}, nil
+	}
+}
+
+// deleteTopics deletes the topics named, and those that start with a name
+// ending in "-" (a job's internal topics), logging what fails.
+func (b *bench) deleteTopics(names ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var topics []string
+	for _, n := range names {
+		if !strings.HasSuffix(n, "-") {
+			topics = append(topics, n)
+			continue
+		}
+		tds, err := b.adm.ListTopics(ctx)
+		if err != nil {
+			b.log.Warn("list topics to delete", "err", err)
+			continue
+		}
+		for _, t := range tds.Names() {
+			if strings.HasPrefix(t, n) {
+				topics = append(topics, t)
+			}
+		}
+	}
+	resp, err := b.adm.DeleteTopics(ctx, topics...)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		b.log.Warn("delete topics", "topics", topics, "err", err)
 	}
 }
 
