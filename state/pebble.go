@@ -183,6 +183,7 @@ type Pebble struct {
 	lastRestore RestoreStats
 
 	tables  map[string]*pebbleTable // declared
+	values  map[string]*cachedValue // the value tables, with their caches
 	catalog map[string]catalogEntry // as stored in db
 	nextID  uint64
 	// window, if not nil, takes the writes while a snapshot's cut runs in
@@ -436,7 +437,32 @@ func (p *Pebble) Value(name string) (ValueTable, error) {
 	if err != nil {
 		return nil, err
 	}
-	return (*pebbleValue)(t), nil
+	if c := p.values[name]; c != nil {
+		return c, nil
+	}
+	c := newCachedValue(t)
+	if p.values == nil {
+		p.values = map[string]*cachedValue{}
+	}
+	p.values[name] = c
+	return c, nil
+}
+
+// flushValues writes the value tables' caches to Pebble.
+func (p *Pebble) flushValues() error {
+	for _, c := range p.values {
+		if err := c.flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// dropValues forgets the value tables' caches.
+func (p *Pebble) dropValues() {
+	for _, c := range p.values {
+		c.drop()
+	}
 }
 
 // List implements Backend.
@@ -534,6 +560,7 @@ func (p *Pebble) Close() error {
 	if p.db == nil {
 		return nil
 	}
+	p.dropValues()
 	p.dropWindow()
 	err := p.db.Close()
 	p.db = nil

@@ -49,11 +49,17 @@ func newReuseFixture(t *testing.T, kill bool) reuseFixture {
 	}
 	v := mustValue(t, p, "v")
 	fillValues(t, v, 0, reuseKeys, 1000, "a")
+	if err := p.flushValues(); err != nil { // the value caches' writes, into the DB the test works on
+		t.Fatal(err)
+	}
 	if err := p.db.Compact(ctx, []byte{0}, []byte{0xff}, false); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
 		fillValues(t, v, i*100, i*100+50, 1000, fmt.Sprint("b", i))
+		if err := p.flushValues(); err != nil { // the value caches' writes, into the DB the test works on
+			t.Fatal(err)
+		}
 		if err := p.db.Flush(); err != nil {
 			t.Fatal(err)
 		}
@@ -361,6 +367,9 @@ func TestPebbleLiveDirKept(t *testing.T) {
 	defer a.Close()
 	av := mustValue(t, a, "v")
 	fillValues(t, av, 0, 500, 1000, "a")
+	if err := a.flushValues(); err != nil { // the value caches' writes, into the DB the test works on
+		t.Fatal(err)
+	}
 	if err := a.db.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -390,6 +399,9 @@ func TestPebbleLiveDirKept(t *testing.T) {
 		t.Errorf("keeping the live DB went unreported:\n%s", logs.String())
 	}
 	fillValues(t, av, 500, 600, 1000, "a")
+	if err := a.flushValues(); err != nil { // the value caches' writes, into the DB the test works on
+		t.Fatal(err)
+	}
 	if err := a.db.Flush(); err != nil {
 		t.Fatal(err)
 	}

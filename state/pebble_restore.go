@@ -33,10 +33,19 @@ func (p *Pebble) Restore(ctx context.Context, st checkpoint.Storage, handle chec
 	if p.db == nil {
 		return ErrClosed
 	}
+	// The value caches' writes go into the DB first, so that a failed
+	// restore leaves the state as it was; a restore that succeeds drops
+	// them below.
+	if err := p.flushValues(); err != nil {
+		return err
+	}
 	p.dropWindow()
 	start := time.Now()
 	var c restoreCounters
 	err := p.restore(ctx, st, handle, &c)
+	if err == nil {
+		p.dropValues()
+	}
 	s := RestoreStats{
 		Files:           len(handle.Files),
 		Reused:          int(c.reused.Load()),

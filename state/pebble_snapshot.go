@@ -31,6 +31,10 @@ func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 		return nil, ErrClosed
 	}
 	start := time.Now()
+	// The value caches' writes go first: the snapshot reflects them.
+	if err := p.flushValues(); err != nil {
+		return nil, err
+	}
 	if p.stale != nil {
 		// No Restore came to reuse the earlier backends' DBs: delete them,
 		// off the pause and the cut.

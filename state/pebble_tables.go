@@ -111,16 +111,6 @@ func (t *pebbleTable) scan(lo, hi []byte, skip int, fn func(k, v []byte) error) 
 	return nil
 }
 
-// ---- values ----
-
-type pebbleValue pebbleTable
-
-func (v *pebbleValue) t() *pebbleTable { return (*pebbleTable)(v) }
-
-func (v *pebbleValue) Get(key []byte) ([]byte, bool, error) { return v.t().get(v.t().key(key)) }
-func (v *pebbleValue) Put(key, value []byte) error          { return v.t().set(v.t().key(key), value) }
-func (v *pebbleValue) Delete(key []byte) error              { return v.t().del(v.t().key(key)) }
-
 // ---- lists ----
 
 // pebbleList stores a list as its items, each a uvarint length and the bytes

@@ -436,6 +436,9 @@ func testPebbleIncremental(t *testing.T, opts PebbleOptions) {
 	fillValues(t, v, 0, n, 200, "one")
 	// Settle the LSM the way a long-running store is: most data in the
 	// bottom level, where small increments do not touch it.
+	if err := p.flushValues(); err != nil { // the value caches' writes, into the DB the test works on
+		t.Fatal(err)
+	}
 	if err := p.db.Compact(context.Background(), []byte{0}, []byte{0xff}, false); err != nil {
 		t.Fatal(err)
 	}
@@ -587,6 +590,9 @@ func TestPebbleRestoreBadFile(t *testing.T) {
 	ctx := context.Background()
 	p := openTestPebble(t, smallPebble)
 	fillValues(t, mustValue(t, p, "v"), 0, 2000, 100, "x")
+	if err := p.flushValues(); err != nil { // the value caches' writes, into the DB the test works on
+		t.Fatal(err)
+	}
 	if err := p.db.Flush(); err != nil { // SSTs to damage, whatever the cut
 		t.Fatal(err)
 	}

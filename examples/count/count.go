@@ -51,13 +51,40 @@ func Decode(r *kgo.Record) (In, error) {
 	return In{Key: string(r.Key), N: n}, nil
 }
 
-// Encode writes o as JSON, keyed by o.Key.
+// Encode writes o as JSON (as encoding/json writes it), keyed by o.Key.
 func Encode(o Out) (*kgo.Record, error) {
-	v, err := json.Marshal(o)
-	if err != nil {
-		return nil, err
+	if !plainKey(o.Key) {
+		v, err := json.Marshal(o)
+		if err != nil {
+			return nil, err
+		}
+		return &kgo.Record{Key: []byte(o.Key), Value: v}, nil
 	}
-	return &kgo.Record{Key: []byte(o.Key), Value: v}, nil
+	// Key and value in one allocation, without reflection.
+	b := make([]byte, 0, 2*len(o.Key)+64)
+	b = append(b, o.Key...)
+	key := b[:len(b):len(b)]
+	b = append(b, `{"key":"`...)
+	b = append(b, o.Key...)
+	b = append(b, `","count":`...)
+	b = strconv.AppendInt(b, o.Count, 10)
+	b = append(b, `,"sum":`...)
+	b = strconv.AppendInt(b, o.Sum, 10)
+	b = append(b, '}')
+	return &kgo.Record{Key: key, Value: b[len(key):]}, nil
+}
+
+// plainKey says whether k needs no escaping in JSON: printable ASCII
+// without quote, backslash or the characters encoding/json escapes for
+// HTML.
+func plainKey(k string) bool {
+	for i := 0; i < len(k); i++ {
+		switch c := k[i]; {
+		case c < 0x20 || c >= 0x7f, c == '"', c == '\\', c == '<', c == '>', c == '&':
+			return false
+		}
+	}
+	return true
 }
 
 // Build adds the count graph to job: src -> KeyBy(record key) -> count ->

@@ -2,7 +2,9 @@ package count_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"testing"
@@ -41,6 +43,21 @@ func TestDecodeAndEncode(t *testing.T) {
 	}
 	if string(r.Key) != "k17" || string(r.Value) != `{"key":"k17","count":3,"sum":12345}` {
 		t.Errorf("Encode: key %q value %s", r.Key, r.Value)
+	}
+	// The hand-written encoding is encoding/json's, for every kind of key.
+	for _, o := range []count.Out{
+		{Key: "k17", Count: 3, Sum: -12345}, {Key: "", Count: 1}, {Key: `a"b\c`, Count: 2, Sum: 9},
+		{Key: "<&>", Count: 1, Sum: 1}, {Key: "tab\there\n", Count: 1}, {Key: "héllo", Count: 7, Sum: 8},
+		{Key: "k", Count: math.MaxInt64, Sum: math.MinInt64},
+	} {
+		r, err := count.Encode(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, _ := json.Marshal(o)
+		if string(r.Key) != o.Key || string(r.Value) != string(want) {
+			t.Errorf("Encode(%+v): key %q value %s, want %s", o, r.Key, r.Value, want)
+		}
 	}
 }
 

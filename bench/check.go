@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// checker checks a count job's output: for key k<j>, the records with
+// that key are j, j+keys, j+2·keys, ... in order, so its c-th result must
+// be count c with sum c·j + keys·c·(c-1)/2, and each c must come once.
+type checker struct {
+	raw   bool // the passthrough's copies: counted, not checked
+	keys  int
+	n     atomic.Int64
+	mu    sync.Mutex
+	count [][]bool // per key, counts seen (index c-1)
+	bad   []string
+	dups  int
+}
+
+func newChecker(keys int) *checker { return &checker{keys: keys, count: make([][]bool, keys)} }
+
+func (c *checker) seen() int64 { return c.n.Load() }
+
+type out struct {
+	Key   string `json:"key"`
+	Count int64  `json:"count"`
+	Sum   int64  `json:"sum"`
+}
+
+func (c *checker) take(r *kgo.Record) {
+	c.n.Add(1)
+	if c.raw {
+		return
+	}
+	var o out
+	err := json.Unmarshal(r.Value, &o)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	note := func(format string, args ...any) {
+		if len(c.bad) < 5 {
+			c.bad = append(c.bad, fmt.Sprintf("%s/%d@%d: ", r.Topic, r.Partition, r.Offset)+fmt.Sprintf(format, args...))
+		}
+	}
+	if err != nil {
+		note("%v: %q", err, r.Value)
+		return
+	}
+	j, err := strconv.Atoi(o.Key[min(1, len(o.Key)):])
+	if err != nil || len(o.Key) < 2 || o.Key[0] != 'k' || j < 0 || j >= c.keys || !bytes.Equal(r.Key, []byte(o.Key)) {
+		note("key %q (record key %q)", o.Key, r.Key)
+		return
+	}
+	if o.Count < 1 {
+		note("count %d", o.Count)
+		return
+	}
+	if want := o.Count*int64(j) + int64(c.keys)*o.Count*(o.Count-1)/2; o.Sum != want {
+		note("key %s count %d: sum %d, want %d", o.Key, o.Count, o.Sum, want)
+	}
+	seen := c.count[j]
+	for int64(len(seen)) < o.Count {
+		seen = append(seen, false)
+	}
+	if seen[o.Count-1] {
+		c.dups++
+		note("key %s count %d twice", o.Key, o.Count)
+	}
+	seen[o.Count-1] = true
+	c.count[j] = seen
+}
+
+// verify says whether the output was exactly once for records input
+// records.
+func (c *checker) verify(records int64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.raw {
+		if n := c.n.Load(); n != records {
+			return fmt.Errorf("%d records out of %d", n, records)
+		}
+		return nil
+	}
+	var missing int64
+	for j, seen := range c.count {
+		n := records / int64(c.keys)
+		if int64(j) < records%int64(c.keys) {
+			n++
+		}
+		for i := range n {
+			if i >= int64(len(seen)) || !seen[i] {
+				missing++
+			}
+		}
+		if int64(len(seen)) > n {
+			c.bad = append(c.bad, fmt.Sprintf("key k%d: count %d of %d records", j, len(seen), n))
+		}
+	}
+	if missing == 0 && c.dups == 0 && len(c.bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("not exactly once: %d missing, %d duplicates, problems %v", missing, c.dups, c.bad)
+}
+
+// read reads topic read_committed from the start into chk until ctx ends.
+func (b *bench) read(ctx context.Context, topic string, chk *checker) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		for _, e := range fs.Errors() {
+			if !errors.Is(e.Err, context.Canceled) {
+				return fmt.Errorf("fetch %s/%d: %w", e.Topic, e.Partition, e.Err)
+			}
+		}
+		fs.EachRecord(chk.take)
+	}
+}

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// padding brings an input record to about 100 bytes: key "k<n>", value
+// the record's number, this header.
+var padding = []kgo.RecordHeader{{Key: "pad", Value: []byte(strings.Repeat("x", 72))}}
+
+func run(ctx context.Context, c config, log *slog.Logger) ([]result, error) {
+	if c.records <= 0 || c.partitions <= 0 || c.keys <= 0 || c.runs <= 0 {
+		return nil, fmt.Errorf("bad settings %+v", c)
+	}
+	dir := c.dir
+	if dir == "" {
+		d, err := os.MkdirTemp("", "weir-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(d)
+		dir = d
+	}
+	brokers := strings.Split(c.brokers, ",")
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	var suffix [4]byte
+	_, _ = rand.Read(suffix[:])
+	b := &bench{c: c, log: log, adm: adm, brokers: brokers, dir: dir, suffix: hex.EncodeToString(suffix[:])}
+
+	for _, s := range c.systems {
+		if err := b.prepare(ctx, s); err != nil {
+			return nil, fmt.Errorf("%s: %w", s, err)
+		}
+	}
+	in := "bench-in-" + b.suffix
+	if err := b.create(ctx, in); err != nil {
+		return nil, err
+	}
+	defer b.delete(in)
+	log.Info("loading input", "topic", in, "records", c.records, "partitions", c.partitions, "keys", c.keys)
+	if err := b.load(ctx, in); err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	var res []result
+	for k := range c.runs {
+		for _, s := range c.systems {
+			r, err := b.runOnce(ctx, s, in, k)
+			if err != nil {
+				return res, fmt.Errorf("%s, run %d: %w", s, k+1, err)
+			}
+			log.Info("run", "system", s, "run", k+1, "records_per_s", int(r.perSecond()), "cpu_s_per_million", fmt.Sprintf("%.2f", r.cpuPerMillion()),
+				"peak_rss_mb", r.rss>>20, "exactly_once", r.check == nil)
+			res = append(res, r)
+		}
+	}
+	return res, nil
+}
+
+type bench struct {
+	c       config
+	log     *slog.Logger
+	adm     *kadm.Client
+	brokers []string
+	dir     string
+	suffix  string
+	self    string // this binary, for the passthrough
+}
+
+func (b *bench) create(ctx context.Context, topic string) error {
+	resp, err := b.adm.CreateTopics(ctx, int32(b.c.partitions), -1, nil, topic)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	return nil
+}
+
+// delete deletes topics, and those with the prefixes ending in "-".
+func (b *bench) delete(names ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var topics []string
+	for _, n := range names {
+		if !strings.HasSuffix(n, "-") {
+			topics = append(topics, n)
+			continue
+		}
+		tds, err := b.adm.ListTopics(ctx)
+		if err != nil {
+			continue
+		}
+		for _, t := range tds.Names() {
+			if strings.HasPrefix(t, n) {
+				topics = append(topics, t)
+			}
+		}
+	}
+	slices.Sort(topics)
+	topics = slices.Compact(topics)
+	if resp, err := b.adm.DeleteTopics(ctx, topics...); err != nil || resp.Error() != nil {
+		b.log.Warn("delete topics", "topics", topics, "err", errors.Join(err, resp.Error()))
+	}
+}
+
+// load writes the input: record i has key k<i%keys> and value i.
+func (b *bench) load(ctx context.Context, topic string) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ProducerLinger(5*time.Millisecond),
+		kgo.ProducerBatchCompression(kgo.NoCompression()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	errc := make(chan error, 1)
+	for i := range b.c.records {
+		r := &kgo.Record{Topic: topic, Key: []byte("k" + strconv.FormatInt(i%int64(b.c.keys), 10)),
+			Value: strconv.AppendInt(nil, i, 10), Headers: padding}
+		cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+			if err != nil {
+				select {
+				case errc <- err:
+				default:
+				}
+			}
+		})
+	}
+	if err := cl.Flush(ctx); err != nil {
+		return err
+	}
+	select {
+	case err := <-errc:
+		return err
+	default:
+		return nil
+	}
+}
+
+// prepare builds what system s runs.
+func (b *bench) prepare(ctx context.Context, s string) error {
+	switch s {
+	case "passthrough":
+		self, err := os.Executable()
+		b.self = self
+		return err
+	case "weir":
+		if b.c.processor != "" {
+			return nil
+		}
+		b.c.processor = filepath.Join(b.dir, "processor")
+		b.log.Info("building the processor")
+		return command(ctx, ".", "go", "build", "-o", b.c.processor, "./cmd/processor")
+	case "flink", "kstreams":
+		pom := filepath.Join("bench", "peers", s, "pom.xml")
+		if _, err := os.Stat(pom); err != nil {
+			return fmt.Errorf("run bench from the repository's root: %w", err)
+		}
+		if _, err := os.Stat(filepath.Join("bench", "peers", s, "target", "lib")); err == nil {
+			return nil
+		}
+		b.log.Info("building the peer with Maven (first use downloads its dependencies)", "peer", s)
+		return command(ctx, ".", "mvn", "-q", "-B", "-f", pom, "package", "-DskipTests")
+	}
+	return fmt.Errorf("unknown system %q (want passthrough, weir, flink or kstreams)", s)
+}
+
+func command(ctx context.Context, dir, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+// start starts system s reading in and writing out; name is unique to the
+// run, dir its own directory.
+func (b *bench) start(s, in, out, name, dir string) (*exec.Cmd, error) {
+	brokers := strings.Join(b.brokers, ",")
+	var cmd *exec.Cmd
+	switch s {
+	case "passthrough":
+		cmd = exec.Command(b.self, "passthrough", brokers, in, out)
+	case "weir":
+		cmd = exec.Command(b.c.processor, "run", "--job", "count", "--name", name, "--brokers", brokers,
+			"--input", in, "--output", out, "--checkpoints", "file://"+filepath.Join(dir, "checkpoints"),
+			"--state-dir", filepath.Join(dir, "state"), "--interval", "1s", "--http-addr", "off", "--log-level", "warn")
+	case "flink", "kstreams":
+		peer := filepath.Join("bench", "peers", s, "target")
+		cp := filepath.Join(peer, "classes") + string(os.PathListSeparator) + filepath.Join(peer, "lib", "*")
+		last := strconv.Itoa(b.c.partitions) // Flink: parallelism
+		if s == "kstreams" {
+			last = "2" // stream threads: one per core of the machine
+		}
+		cmd = exec.Command("java", "-cp", cp, "weir.bench.Count", brokers, in, out, name, dir, last)
+	}
+	cmd.Stdout = os.Stderr
+	cmd.Stderr = os.Stderr
+	if s == "flink" || s == "kstreams" {
+		cmd.Stdout, cmd.Stderr = nil, nil // their INFO logs; failures show as a run that never completes
+		if f, err := os.Create(filepath.Join(dir, "log")); err == nil {
+			cmd.Stdout, cmd.Stderr = f, f
+		}
+	}
+	return cmd, cmd.Start()
+}
+
+func (b *bench) runOnce(ctx context.Context, s, in string, k int) (result, error) {
+	name := fmt.Sprintf("bench-%s-%d-%s", s, k, b.suffix)
+	out := name + "-out"
+	dir := filepath.Join(b.dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return result{}, err
+	}
+	if err := b.create(ctx, out); err != nil {
+		return result{}, err
+	}
+	defer b.delete(out, name+"-")
+	chk := newChecker(b.c.keys)
+	chk.raw = s == "passthrough"
+	reader := make(chan error, 1)
+	rctx, stopReading := context.WithCancel(ctx)
+	defer stopReading()
+	go func() { reader <- b.read(rctx, out, chk) }()
+
+	cmd, err := b.start(s, in, out, name, dir)
+	if err != nil {
+		return result{}, err
+	}
+	start := time.Now()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
+
+	var (
+		from    time.Time
+		fromCPU time.Duration
+		fromN   int64
+		rss     int64
+	)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(10 * time.Minute)
+	for {
+		select {
+		case err := <-exited:
+			exited <- err
+			return result{}, fmt.Errorf("the process exited with %d of %d records out: %v (log in %s)", chk.seen(), b.c.records, err, dir)
+		case err := <-reader:
+			return result{}, fmt.Errorf("reading the output: %v", err)
+		case <-ctx.Done():
+			return result{}, ctx.Err()
+		case <-deadline:
+			return result{}, fmt.Errorf("%d of %d records out after 10 minutes (log in %s)", chk.seen(), b.c.records, dir)
+		case <-tick.C:
+		}
+		n := chk.seen()
+		rss = max(rss, peakRSS(cmd.Process.Pid))
+		if from.IsZero() && n > 0 {
+			if fromCPU, err = processCPU(cmd.Process.Pid); err != nil {
+				return result{}, err
+			}
+			from, fromN = time.Now(), n
+		}
+		if n < b.c.records {
+			continue
+		}
+		now := time.Now()
+		cpu, err := processCPU(cmd.Process.Pid)
+		if err != nil {
+			return result{}, err
+		}
+		// A quiet second for duplicates after the last record.
+		time.Sleep(time.Second)
+		stopReading()
+		<-reader
+		return result{system: s, records: n - fromN, elapsed: now.Sub(from), cpu: cpu - fromCPU, rss: rss,
+			total: now.Sub(start), check: chk.verify(b.c.records)}, nil
+	}
+}
+
+// processCPU is the user and system time of process pid so far (Linux;
+// USER_HZ is 100).
+func processCPU(pid int) (time.Duration, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, fmt.Errorf("cpu time: %w", err)
+	}
+	s := string(raw)
+	i := strings.LastIndexByte(s, ')')
+	f := strings.Fields(s[i+1:])
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("cpu time: /proc/%d/stat: %q", pid, s)
+	}
+	var ticks int64
+	for _, x := range f[11:13] {
+		n, err := strconv.ParseInt(x, 10, 64)
+		if err != nil {
+			return 0, err
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, nil
+}
+
+// peakRSS is the process's resident set high-water mark (VmHWM), bytes;
+// 0 if unknown.
+func peakRSS(pid int) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
