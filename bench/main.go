@@ -57,6 +57,7 @@ func main() {
 	systems := flag.String("systems", "passthrough,weir,flink,kstreams", "systems to run, in order")
 	flag.StringVar(&c.processor, "processor", "", "the processor binary (default: go build ./cmd/processor)")
 	flag.StringVar(&c.dir, "dir", "", "working directory for state and checkpoints (default: a temporary one)")
+	svg := flag.String("svg", "", "also draw the figures as an SVG chart into this file")
 	flag.Parse()
 	if c.brokers == "" || flag.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: bench --brokers host:port [flags]")
@@ -70,6 +71,18 @@ func main() {
 	res, err := run(ctx, c, log)
 	if len(res) > 0 {
 		writeTable(os.Stdout, c, res)
+		if *svg != "" {
+			f, ferr := os.Create(*svg)
+			if ferr == nil {
+				ferr = writeSVG(f, c, res)
+				if cerr := f.Close(); ferr == nil {
+					ferr = cerr
+				}
+			}
+			if ferr != nil {
+				fmt.Fprintf(os.Stderr, "bench: --svg: %v\n", ferr)
+			}
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)

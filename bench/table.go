@@ -14,24 +14,14 @@ func writeTable(w io.Writer, c config, res []result) {
 	fmt.Fprintf(w, "keyed running count: %d records (~100 bytes), %d partitions, %d keys; median of %d runs; steady state (first to last output visible)\n",
 		c.records, c.partitions, c.keys, c.runs)
 	fmt.Fprintf(w, "%-12s %12s %20s %12s %14s %10s %14s %8s\n", "system", "records/s", "(range)", "cpu s / M", "peak RSS MiB", "total s", "vs passthrough", "vs weir")
+	for _, r := range res {
+		if r.check != nil {
+			fmt.Fprintf(w, "%-12s run failed the check: %v\n", r.system, r.check)
+		}
+	}
 	med := map[string]result{}
-	for _, s := range c.systems {
-		var ok []result
-		for _, r := range res {
-			if r.system != s {
-				continue
-			}
-			if r.check != nil {
-				fmt.Fprintf(w, "%-12s run failed the check: %v\n", s, r.check)
-				continue
-			}
-			ok = append(ok, r)
-		}
-		if len(ok) == 0 {
-			continue
-		}
-		slices.SortFunc(ok, func(a, b result) int { return cmp.Compare(a.perSecond(), b.perSecond()) })
-		med[s] = ok[len(ok)/2]
+	for _, r := range medians(c, res) {
+		med[r.system] = r
 	}
 	ratio := func(r result, base string) string {
 		b, ok := med[base]
@@ -58,4 +48,71 @@ func writeTable(w io.Writer, c config, res []result) {
 		fmt.Fprintf(w, "%-12s %12.0f %20s %12.2f %14d %10.2f %14s %8s\n", s, r.perSecond(), fmt.Sprintf("%.0f-%.0f", lo, hi),
 			r.cpuPerMillion(), r.rss>>20, r.total.Seconds(), ratio(r, "passthrough"), ratio(r, "weir"))
 	}
+}
+
+// writeSVG draws the median runs' records/s and CPU seconds per million
+// records as two bar charts side by side.
+func writeSVG(w io.Writer, c config, res []result) error {
+	med := medians(c, res)
+	const barH, gap, left, width, top = 26, 10, 110, 300, 48
+	n := len(med)
+	h := top + n*(barH+gap) + 30
+	var maxRate, maxCPU float64
+	for _, r := range med {
+		maxRate = max(maxRate, r.perSecond())
+		maxCPU = max(maxCPU, r.cpuPerMillion())
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="13">`+"\n", 2*(left+width)+60, h)
+	p(`<rect width="100%%" height="100%%" fill="white"/>` + "\n")
+	p(`<text x="10" y="20" font-size="15">Keyed running count, %d records, %d partitions, exactly-once (median of %d)</text>`+"\n", c.records, c.partitions, c.runs)
+	charts := []struct {
+		title string
+		x0    int
+		val   func(result) float64
+		most  float64
+		unit  string
+	}{
+		{"records/s (higher is better)", 0, result.perSecond, maxRate, "%.0f"},
+		{"CPU s per million records (lower is better)", left + width + 40, result.cpuPerMillion, maxCPU, "%.2f"},
+	}
+	for _, ch := range charts {
+		p(`<text x="%d" y="40">%s</text>`+"\n", ch.x0+10, ch.title)
+		for i, r := range med {
+			y := top + i*(barH+gap)
+			bw := 0.0
+			if ch.most > 0 {
+				bw = ch.val(r) / ch.most * width
+			}
+			color := "#8a8f98"
+			if r.system == "weir" {
+				color = "#2b6cb0"
+			}
+			p(`<text x="%d" y="%d">%s</text>`+"\n", ch.x0+10, y+barH-8, r.system)
+			p(`<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", ch.x0+left, y, bw, barH, color)
+			p(`<text x="%.1f" y="%d">`+ch.unit+`</text>`+"\n", float64(ch.x0+left)+bw+4, y+barH-8, ch.val(r))
+		}
+	}
+	p("</svg>\n")
+	return nil
+}
+
+// medians are the median run of each system that passed the check, in
+// the order of c.systems.
+func medians(c config, res []result) []result {
+	var out []result
+	for _, s := range c.systems {
+		var ok []result
+		for _, r := range res {
+			if r.system == s && r.check == nil {
+				ok = append(ok, r)
+			}
+		}
+		if len(ok) == 0 {
+			continue
+		}
+		slices.SortFunc(ok, func(a, b result) int { return cmp.Compare(a.perSecond(), b.perSecond()) })
+		out = append(out, ok[len(ok)/2])
+	}
+	return out
 }

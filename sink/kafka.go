@@ -106,6 +106,9 @@ type txnWriter[T any] struct {
 	written int // records written into it
 	failed  asyncErr
 	marks   marks
+	// promises are, per slot, the produce callbacks: made once, not per
+	// record.
+	promises []func(*kgo.Record, error)
 }
 
 func openTxn[T any](ctx context.Context, cfg Config[T], info runtime.TaskInfo, log *slog.Logger, restored []checkpoint.Committable) (_ *txnWriter[T], err error) {
@@ -122,6 +125,13 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info runtime.TaskInfo, l
 		pool:    newPool(cfg.poolSize()),
 		cur:     -1,
 		marks:   newMarks(cfg, info),
+	}
+	for _, id := range w.ids {
+		w.promises = append(w.promises, func(_ *kgo.Record, err error) {
+			if err != nil {
+				w.failed.set(fmt.Errorf("produce in transaction %s: %w", id, err))
+			}
+		})
 	}
 	defer func() {
 		if err != nil {
@@ -259,12 +269,7 @@ func (w *txnWriter[T]) produce(ctx context.Context, r *kgo.Record) error {
 		}
 	}
 	w.written++
-	id := w.ids[w.cur]
-	cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
-		if err != nil {
-			w.failed.set(fmt.Errorf("produce in transaction %s: %w", id, err))
-		}
-	})
+	cl.Produce(ctx, r, w.promises[w.cur])
 	return nil
 }
 
@@ -358,6 +363,9 @@ type plainWriter[T any] struct {
 	failed asyncErr
 	once   sync.Once
 	marks  marks
+	// promised is w.promise, made once: a method value passed per record
+	// would be allocated per record.
+	promised func(*kgo.Record, error)
 }
 
 func openPlain[T any](cfg Config[T], info runtime.TaskInfo, log *slog.Logger) (*plainWriter[T], error) {
@@ -371,7 +379,9 @@ func openPlain[T any](cfg Config[T], info runtime.TaskInfo, log *slog.Logger) (*
 	if err != nil {
 		return nil, fmt.Errorf("kafka sink %s, task %d: kafka client: %w", info.Operator, info.Task, err)
 	}
-	return &plainWriter[T]{cfg: cfg, cl: cl, flush: cfg.delivery() == AtLeastOnce, log: log, marks: newMarks(cfg, info)}, nil
+	w := &plainWriter[T]{cfg: cfg, cl: cl, flush: cfg.delivery() == AtLeastOnce, log: log, marks: newMarks(cfg, info)}
+	w.promised = w.promise
+	return w, nil
 }
 
 func (w *plainWriter[T]) Write(ctx context.Context, v T) error { return w.WriteAt(ctx, v, -1) }
@@ -385,7 +395,7 @@ func (w *plainWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
 	if err != nil {
 		return err
 	}
-	w.cl.Produce(ctx, r, w.promise)
+	w.cl.Produce(ctx, r, w.promised)
 	return nil
 }
 
@@ -408,7 +418,7 @@ func (w *plainWriter[T]) promise(r *kgo.Record, err error) {
 
 func (w *plainWriter[T]) PreCommit(ctx context.Context, _ checkpoint.ID) ([]checkpoint.Committable, error) {
 	err := w.marks.write(ctx, func(ctx context.Context, r *kgo.Record) error {
-		w.cl.Produce(ctx, r, w.promise)
+		w.cl.Produce(ctx, r, w.promised)
 		return nil
 	})
 	if err != nil {

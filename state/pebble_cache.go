@@ -25,6 +25,7 @@ const valueCacheBytes = 1 << 20
 const entryOverhead = 64
 
 type cacheEntry struct {
+	key   string // the map's key
 	v     []byte
 	ok    bool // present (false: known absent, or deleted)
 	dirty bool // differs from Pebble
@@ -36,6 +37,21 @@ type cachedValue struct {
 	m     map[string]*cacheEntry
 	dirty int
 	bytes int // keys, values and overhead of the entries
+	// last is the entry of the last key looked up: a keyed function reads
+	// and then writes its key's value, the second lookup is this compare.
+	last *cacheEntry
+}
+
+// lookup is the entry of key, nil if none.
+func (c *cachedValue) lookup(key []byte) *cacheEntry {
+	if c.last != nil && c.last.key == string(key) {
+		return c.last
+	}
+	e := c.m[string(key)]
+	if e != nil {
+		c.last = e
+	}
+	return e
 }
 
 func newCachedValue(t *pebbleTable) *cachedValue {
@@ -43,7 +59,7 @@ func newCachedValue(t *pebbleTable) *cachedValue {
 }
 
 func (c *cachedValue) Get(key []byte) ([]byte, bool, error) {
-	if e := c.m[string(key)]; e != nil {
+	if e := c.lookup(key); e != nil {
 		return e.v, e.ok, nil
 	}
 	v, ok, err := c.t.get(c.t.key(key))
@@ -65,7 +81,7 @@ func (c *cachedValue) set(e *cacheEntry, v []byte, ok bool) {
 }
 
 func (c *cachedValue) Put(key, value []byte) error {
-	e := c.m[string(key)]
+	e := c.lookup(key)
 	if e == nil {
 		var err error
 		if e, err = c.entry(key); err != nil {
@@ -78,7 +94,7 @@ func (c *cachedValue) Put(key, value []byte) error {
 }
 
 func (c *cachedValue) Delete(key []byte) error {
-	e := c.m[string(key)]
+	e := c.lookup(key)
 	if e == nil {
 		var err error
 		if e, err = c.entry(key); err != nil {
@@ -106,8 +122,9 @@ func (c *cachedValue) entry(key []byte) (*cacheEntry, error) {
 		}
 		c.drop()
 	}
-	e := &cacheEntry{}
-	c.m[string(key)] = e
+	e := &cacheEntry{key: string(key)}
+	c.m[e.key] = e
+	c.last = e
 	c.bytes += len(key) + entryOverhead
 	return e, nil
 }
@@ -117,15 +134,15 @@ func (c *cachedValue) flush() error {
 	if c.dirty == 0 {
 		return nil
 	}
-	for k, e := range c.m {
+	for _, e := range c.m {
 		if !e.dirty {
 			continue
 		}
 		var err error
 		if e.ok {
-			err = c.t.set(c.t.key([]byte(k)), e.v)
+			err = c.t.set(c.t.key([]byte(e.key)), e.v)
 		} else {
-			err = c.t.del(c.t.key([]byte(k)))
+			err = c.t.del(c.t.key([]byte(e.key)))
 		}
 		if err != nil {
 			return err
@@ -140,4 +157,5 @@ func (c *cachedValue) flush() error {
 func (c *cachedValue) drop() {
 	clear(c.m)
 	c.dirty, c.bytes = 0, 0
+	c.last = nil
 }

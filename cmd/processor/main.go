@@ -51,6 +51,7 @@ func main() {
 	// The first SIGTERM or SIGINT drains `run` (sources stop, a final
 	// checkpoint commits, exit 0) and stops the other commands; a second one
 	// stops at once.
+	worker.TuneGC()
 	ctx, drain, stop := worker.Signals()
 	code := runDrainable(ctx, drain, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
 	stop()

@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/internal/testcluster"
+)
+
+// TestBench runs the harness small on Kafka (kfake unless KAFKA_BROKERS
+// names a broker): the passthrough and weir, one run each, checked and
+// tabulated. The peers need Java, Maven and minutes: WEIR_BENCH_PEERS=1
+// runs them too.
+func TestBench(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs processes on Kafka")
+	}
+	c := testcluster.Kafka(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
+	defer cancel()
+	bin := filepath.Join(t.TempDir(), "processor")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/processor")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cfg := config{brokers: strings.Join(c.Brokers, ","), records: 100_000, partitions: 4, keys: 1000, runs: 1,
+		systems: []string{"passthrough", "weir"}, processor: bin, dir: t.TempDir()}
+	if os.Getenv("WEIR_BENCH_PEERS") == "1" {
+		cfg.systems = append(cfg.systems, "flink", "kstreams")
+		if err := os.Chdir(".."); err != nil { // the peers' paths are the repository's
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Chdir("bench") })
+	}
+	// The passthrough runs as this binary's child: the test binary must
+	// answer `passthrough`, which TestMain does.
+	res, err := run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != len(cfg.systems) {
+		t.Fatalf("%d results for %d systems", len(res), len(cfg.systems))
+	}
+	for _, r := range res {
+		if r.check != nil || r.records <= 0 || r.elapsed <= 0 || r.rss <= 0 {
+			t.Errorf("%s: %+v", r.system, r)
+		}
+	}
+	var out bytes.Buffer
+	writeTable(&out, cfg, res)
+	t.Logf("\n%s", out.String())
+	for _, s := range cfg.systems {
+		if !strings.Contains(out.String(), "\n"+s+" ") || strings.Contains(out.String(), s+" no run passed") {
+			t.Errorf("table has no figures for %s", s)
+		}
+	}
+	var svg bytes.Buffer
+	if err := writeSVG(&svg, cfg, res); err != nil || !strings.HasPrefix(svg.String(), "<svg") || !strings.Contains(svg.String(), ">weir<") {
+		t.Errorf("svg: %v\n%s", err, svg.String())
+	}
+}
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "passthrough" {
+		os.Exit(passthroughMain(os.Args[2:]))
+	}
+	os.Exit(m.Run())
+}
+
+// TestChecker: the check finds what is not exactly once.
+func TestChecker(t *testing.T) {
+	const keys, records = 3, 10 // key k0: records 0, 3, 6, 9; k1: 1, 4, 7; k2: 2, 5, 8
+	rec := func(key string, count, sum int64) *kgo.Record {
+		return &kgo.Record{Key: []byte(key), Value: fmt.Appendf(nil, `{"key":%q,"count":%d,"sum":%d}`, key, count, sum)}
+	}
+	all := func() []*kgo.Record {
+		var rs []*kgo.Record
+		for j := range int64(keys) {
+			s := int64(0)
+			for c := int64(1); j+(c-1)*keys < records; c++ {
+				s += j + (c-1)*keys
+				rs = append(rs, rec(fmt.Sprintf("k%d", j), c, s))
+			}
+		}
+		return rs
+	}
+	for _, tc := range []struct {
+		name string
+		edit func([]*kgo.Record) []*kgo.Record
+		want string // in the error; "" for none
+	}{
+		{"exactly once", func(rs []*kgo.Record) []*kgo.Record { return rs }, ""},
+		{"duplicate", func(rs []*kgo.Record) []*kgo.Record { return append(rs, rs[2]) }, "1 duplicates"},
+		{"missing", func(rs []*kgo.Record) []*kgo.Record { return rs[1:] }, "1 missing"},
+		{"wrong sum", func(rs []*kgo.Record) []*kgo.Record { rs[1] = rec("k0", 2, 4); return rs }, "sum 4, want 3"},
+		{"record key", func(rs []*kgo.Record) []*kgo.Record { rs[0].Key = []byte("k1"); return rs }, `key "k0"`},
+		{"too many", func(rs []*kgo.Record) []*kgo.Record { return append(rs, rec("k1", 4, 22)) }, "count 4 of 3 records"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newChecker(keys)
+			for _, r := range tc.edit(all()) {
+				c.take(r)
+			}
+			err := c.verify(records)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("verify: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestParseOut: the fast reader reads what encoding/json reads.
+func TestParseOut(t *testing.T) {
+	for _, v := range []string{
+		`{"key":"k1","count":2,"sum":3}`, `{"key":"k10","count":-2,"sum":-300}`, `{"key":"","count":0,"sum":0}`,
+		`{"count":2,"key":"k1","sum":3}`, `{"key":"k\"1","count":2,"sum":3}`, `{"key":"k1", "count":2,"sum":3}`,
+	} {
+		got, err := parseOut([]byte(v))
+		var want out
+		werr := json.Unmarshal([]byte(v), &want)
+		if got != want || (err == nil) != (werr == nil) {
+			t.Errorf("%s: %+v, %v; encoding/json %+v, %v", v, got, err, want, werr)
+		}
+	}
+	for _, bad := range []string{`{"key":"k1","count":x,"sum":3}`, `{"key":"k1","count":2,"sum":3`, `nope`} {
+		if o, err := parseOut([]byte(bad)); err == nil {
+			t.Errorf("%s: parsed as %+v", bad, o)
+		}
+	}
+}
