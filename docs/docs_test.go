@@ -265,6 +265,8 @@ var commands = map[string]how{
 	"./kafkabench --brokers $B --nexmark q0,q1,q2,q5,q7,q8 --events 5000000 --processor ./processor": {by: []ref{
 		{file: "integration/nexmarkbench_test.go", text: "func TestNexmarkBench(", name: "TestNexmarkBench"}}},
 	"WEIR_KAFKA_DIR=/tmp/weir-kafka-bench scripts/kafka stop": {by: []ref{ciStep("scripts/kafka stop")}},
+	"go run ./bench --brokers $B --records 5000000 --svg docs/images/bench.svg": {by: []ref{
+		{file: "bench/bench_test.go", text: "func TestBench(", name: "TestBench"}}},
 
 	// docs/operating.md and docs/writing-jobs.md.
 	"go run ./cmd/processor run -h":            {run: true, once: true, want: []string{"-txn-timeout", "WEIR_SOME_FLAG"}},

@@ -75,7 +75,7 @@ func TestDocNames(t *testing.T) {
 			}
 			for _, m := range flagToken.FindAllStringSubmatch(line, -1) {
 				if _, ok := flags[m[1]]; !ok {
-					at("--%s is not a flag of processor run, generate, verify, checkpoints or demo, nor of kafkabench (nor a known other tool's)", m[1])
+					at("--%s is not a flag of processor run, generate, verify, checkpoints or demo, nor of kafkabench or bench (nor a known other tool's)", m[1])
 				}
 			}
 			for _, v := range envToken.FindAllString(line, -1) {
@@ -154,8 +154,8 @@ var (
 	flagsErr  string
 )
 
-// processorFlags are the flags of every processor command and of
-// kafkabench, from -h.
+// processorFlags are the flags of every processor command and of the
+// benchmark harnesses, from -h.
 func processorFlags(t *testing.T, root string) map[string]string {
 	flagsOnce.Do(func() {
 		bin := filepath.Join(os.TempDir(), "weir-docs-processor-"+strings.ReplaceAll(t.Name(), "/", "-"))
@@ -179,19 +179,21 @@ func processorFlags(t *testing.T, root string) map[string]string {
 				flagsSeen[m[1]] = "processor " + strings.Join(args, " ")
 			}
 		}
-		// The benchmark harness of docs/benchmarks.md.
-		kb := bin + "-kafkabench"
-		defer os.Remove(kb)
-		build = exec.Command(goBinary(), "build", "-o", kb, "./cmd/kafkabench")
-		build.Dir = root
-		if out, err := build.CombinedOutput(); err != nil {
-			flagsErr = "go build ./cmd/kafkabench: " + err.Error() + "\n" + string(out)
-			return
-		}
-		out, _ := exec.Command(kb, "-h").CombinedOutput() // -h exits 0 or 2 by Go version; the list is what counts
-		for _, m := range helpFlag.FindAllStringSubmatch(string(out), -1) {
-			if _, ok := flagsSeen[m[1]]; !ok {
-				flagsSeen[m[1]] = "kafkabench"
+		// The benchmark harnesses of docs/benchmarks.md.
+		for _, pkg := range []string{"./cmd/kafkabench", "./bench"} {
+			hb := bin + "-" + path.Base(pkg)
+			defer os.Remove(hb)
+			build = exec.Command(goBinary(), "build", "-o", hb, pkg)
+			build.Dir = root
+			if out, err := build.CombinedOutput(); err != nil {
+				flagsErr = "go build " + pkg + ": " + err.Error() + "\n" + string(out)
+				return
+			}
+			out, _ := exec.Command(hb, "-h").CombinedOutput() // -h exits 0 or 2 by Go version; the list is what counts
+			for _, m := range helpFlag.FindAllStringSubmatch(string(out), -1) {
+				if _, ok := flagsSeen[m[1]]; !ok {
+					flagsSeen[m[1]] = path.Base(pkg)
+				}
 			}
 		}
 	})
@@ -203,6 +205,9 @@ func processorFlags(t *testing.T, root string) map[string]string {
 	}
 	if _, ok := flagsSeen["nexmark"]; !ok {
 		t.Fatalf("kafkabench -h lists no --nexmark: cannot read its flags")
+	}
+	if _, ok := flagsSeen["svg"]; !ok {
+		t.Fatalf("bench -h lists no --svg: cannot read its flags")
 	}
 	return maps.Clone(flagsSeen)
 }
