@@ -4,13 +4,11 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -18,6 +16,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/internal/kafkabench"
+	"github.com/weirstream/weir/internal/proc"
 )
 
 // padding brings an input record to about 100 bytes: key "k<n>", value
@@ -99,31 +100,7 @@ func (b *bench) create(ctx context.Context, topic string) error {
 }
 
 // delete deletes topics, and those with the prefixes ending in "-".
-func (b *bench) delete(names ...string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var topics []string
-	for _, n := range names {
-		if !strings.HasSuffix(n, "-") {
-			topics = append(topics, n)
-			continue
-		}
-		tds, err := b.adm.ListTopics(ctx)
-		if err != nil {
-			continue
-		}
-		for _, t := range tds.Names() {
-			if strings.HasPrefix(t, n) {
-				topics = append(topics, t)
-			}
-		}
-	}
-	slices.Sort(topics)
-	topics = slices.Compact(topics)
-	if resp, err := b.adm.DeleteTopics(ctx, topics...); err != nil || resp.Error() != nil {
-		b.log.Warn("delete topics", "topics", topics, "err", errors.Join(err, resp.Error()))
-	}
-}
+func (b *bench) delete(names ...string) { kafkabench.DeleteTopics(b.adm, b.log, names...) }
 
 // load writes the input: record i has key k<i%keys> and value i.
 func (b *bench) load(ctx context.Context, topic string) error {
@@ -285,9 +262,9 @@ func (b *bench) runOnce(ctx context.Context, s, in string, k int) (result, error
 		case <-tick.C:
 		}
 		n := chk.seen()
-		rss = max(rss, peakRSS(cmd.Process.Pid))
+		rss = max(rss, proc.PeakRSS(cmd.Process.Pid))
 		if from.IsZero() && n > 0 {
-			if fromCPU, err = processCPU(cmd.Process.Pid); err != nil {
+			if fromCPU, err = proc.CPU(cmd.Process.Pid); err != nil {
 				return result{}, err
 			}
 			from, fromN = time.Now(), n
@@ -296,7 +273,7 @@ func (b *bench) runOnce(ctx context.Context, s, in string, k int) (result, error
 			continue
 		}
 		now := time.Now()
-		cpu, err := processCPU(cmd.Process.Pid)
+		cpu, err := proc.CPU(cmd.Process.Pid)
 		if err != nil {
 			return result{}, err
 		}
@@ -307,44 +284,4 @@ func (b *bench) runOnce(ctx context.Context, s, in string, k int) (result, error
 		return result{system: s, records: n - fromN, elapsed: now.Sub(from), cpu: cpu - fromCPU, rss: rss,
 			total: now.Sub(start), check: chk.verify(b.c.records)}, nil
 	}
-}
-
-// processCPU is the user and system time of process pid so far (Linux;
-// USER_HZ is 100).
-func processCPU(pid int) (time.Duration, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("cpu time: %w", err)
-	}
-	s := string(raw)
-	i := strings.LastIndexByte(s, ')')
-	f := strings.Fields(s[i+1:])
-	if i < 0 || len(f) < 13 {
-		return 0, fmt.Errorf("cpu time: /proc/%d/stat: %q", pid, s)
-	}
-	var ticks int64
-	for _, x := range f[11:13] {
-		n, err := strconv.ParseInt(x, 10, 64)
-		if err != nil {
-			return 0, err
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond, nil
-}
-
-// peakRSS is the process's resident set high-water mark (VmHWM), bytes;
-// 0 if unknown.
-func peakRSS(pid int) int64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }

@@ -94,48 +94,43 @@ func (l *lagCommitter) run(ctx context.Context) {
 }
 
 func (l *lagCommitter) commit(ctx context.Context) {
-	l.mu.Lock()
-	var ps []checkpoint.SourcePosition
-	for _, t := range slices.Sorted(maps.Keys(l.latest)) {
-		ps = append(ps, l.latest[t]...)
-	}
-	clear(l.latest)
-	l.mu.Unlock()
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	l.purgeNow(cctx)
-	if len(ps) == 0 {
-		return
-	}
-	if err := l.c.CommitOffsets(cctx, ps); err != nil {
-		if !l.failed {
-			l.log.Warn("lag offsets not committed (monitoring only; checkpoints are unaffected)", "err", err)
-			l.failed = true
-		} else {
-			l.log.Debug("lag offsets not committed", "err", err)
-		}
+	if ps := l.take(l.latest); len(ps) > 0 {
+		l.report(&l.failed, "lag offsets not committed", "(monitoring only; checkpoints are unaffected)", l.c.CommitOffsets(cctx, ps))
 	}
 }
 
 // purgeNow deletes what offer found purgeable.
 func (l *lagCommitter) purgeNow(ctx context.Context) {
+	if purge := l.take(l.purge); len(purge) > 0 && l.purger != nil {
+		l.report(&l.purgeErr, "internal topics not purged", "(they keep growing until a later purge succeeds)", l.purger(ctx, purge))
+	}
+}
+
+// take empties m, returning its positions in task order.
+func (l *lagCommitter) take(m map[int][]checkpoint.SourcePosition) []checkpoint.SourcePosition {
 	l.mu.Lock()
-	var purge []checkpoint.SourcePosition
-	for _, t := range slices.Sorted(maps.Keys(l.purge)) {
-		purge = append(purge, l.purge[t]...)
+	defer l.mu.Unlock()
+	var ps []checkpoint.SourcePosition
+	for _, t := range slices.Sorted(maps.Keys(m)) {
+		ps = append(ps, m[t]...)
 	}
-	clear(l.purge)
-	l.mu.Unlock()
-	if len(purge) == 0 || l.purger == nil {
-		return
-	}
-	if err := l.purger(ctx, purge); err != nil {
-		if !l.purgeErr {
-			l.log.Warn("internal topics not purged (they keep growing until a later purge succeeds)", "err", err)
-			l.purgeErr = true
-		} else {
-			l.log.Debug("internal topics not purged", "err", err)
-		}
+	clear(m)
+	return ps
+}
+
+// report logs err, if any: the first time at warn with why, later ones
+// at debug (warned says whether it was).
+func (l *lagCommitter) report(warned *bool, what, why string, err error) {
+	switch {
+	case err == nil:
+	case !*warned:
+		l.log.Warn(what+" "+why, "err", err)
+		*warned = true
+	default:
+		l.log.Debug(what, "err", err)
 	}
 }
 

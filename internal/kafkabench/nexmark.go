@@ -7,11 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"log/slog"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/examples/nexmark"
+	"github.com/weirstream/weir/internal/proc"
 )
 
 // NexmarkAnchors are published per-core throughputs (events/s per core)
@@ -198,7 +198,7 @@ func (b *bench) nexmarkRun(ctx context.Context, bin, in, query string, run int) 
 		}
 		now := time.Now()
 		if from.IsZero() && taken >= total/10 {
-			if fromCPU, err = processCPU(cmd.Process.Pid); err != nil {
+			if fromCPU, err = proc.CPU(cmd.Process.Pid); err != nil {
 				return NexmarkRun{}, err
 			}
 			from, fromN = now, taken
@@ -206,7 +206,7 @@ func (b *bench) nexmarkRun(ctx context.Context, bin, in, query string, run int) 
 		if taken < total {
 			continue
 		}
-		cpu, err := processCPU(cmd.Process.Pid)
+		cpu, err := proc.CPU(cmd.Process.Pid)
 		if err != nil {
 			return NexmarkRun{}, err
 		}
@@ -223,9 +223,12 @@ func (b *bench) nexmarkRun(ctx context.Context, bin, in, query string, run int) 
 	}
 }
 
-// deleteTopics deletes the topics named, and those that start with a name
+// deleteTopics deletes the bench's topics (see DeleteTopics).
+func (b *bench) deleteTopics(names ...string) { DeleteTopics(b.adm, b.log, names...) }
+
+// DeleteTopics deletes the topics named, and those that start with a name
 // ending in "-" (a job's internal topics), logging what fails.
-func (b *bench) deleteTopics(names ...string) {
+func DeleteTopics(adm *kadm.Client, log *slog.Logger, names ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var topics []string
@@ -234,9 +237,9 @@ func (b *bench) deleteTopics(names ...string) {
 			topics = append(topics, n)
 			continue
 		}
-		tds, err := b.adm.ListTopics(ctx)
+		tds, err := adm.ListTopics(ctx)
 		if err != nil {
-			b.log.Warn("list topics to delete", "err", err)
+			log.Warn("list topics to delete", "err", err)
 			continue
 		}
 		for _, t := range tds.Names() {
@@ -245,12 +248,14 @@ func (b *bench) deleteTopics(names ...string) {
 			}
 		}
 	}
-	resp, err := b.adm.DeleteTopics(ctx, topics...)
+	slices.Sort(topics)
+	topics = slices.Compact(topics)
+	resp, err := adm.DeleteTopics(ctx, topics...)
 	if err == nil {
 		err = resp.Error()
 	}
 	if err != nil {
-		b.log.Warn("delete topics", "topics", topics, "err", err)
+		log.Warn("delete topics", "topics", topics, "err", err)
 	}
 }
 
@@ -271,35 +276,6 @@ func (b *bench) taken(ctx context.Context, group, topic string, ends kadm.Listed
 		}
 	})
 	return n, nil
-}
-
-// processCPU is the user and system time of process pid so far, from
-// /proc (Linux; USER_HZ is 100 there on every architecture Go runs on).
-func processCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, fmt.Errorf("cpu time of the worker: %w", err)
-	}
-	// Fields after the command name, which is in parentheses and may
-	// hold spaces: state is field 3, utime 14, stime 15.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("cpu time of the worker: /proc/%d/stat: %q", pid, s)
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 13 {
-		return 0, fmt.Errorf("cpu time of the worker: /proc/%d/stat: %q", pid, s)
-	}
-	var ticks int64
-	for _, x := range f[11:13] {
-		n, err := strconv.ParseInt(x, 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("cpu time of the worker: /proc/%d/stat: %w", pid, err)
-		}
-		ticks += n
-	}
-	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }
 
 // logTo passes the worker's log lines to log, at warn (the worker logs
