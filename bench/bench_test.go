@@ -21,7 +21,7 @@ import (
 
 // TestBench runs the harness small on Kafka (kfake unless KAFKA_BROKERS
 // names a broker): the passthrough and weir, one run each, checked and
-// tabulated. The peers need Java, Maven and minutes: WEIR_BENCH_PEERS=1
+// tabulated, and a short latency run each. The peers need Java, Maven and minutes: WEIR_BENCH_PEERS=1
 // runs them too.
 func TestBench(t *testing.T) {
 	if testing.Short() {
@@ -37,7 +37,7 @@ func TestBench(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	cfg := config{brokers: strings.Join(c.Brokers, ","), records: 100_000, partitions: 4, keys: 1000, runs: 1,
-		systems: []string{"passthrough", "weir"}, processor: bin, dir: t.TempDir()}
+		systems: []string{"passthrough", "weir"}, processor: bin, dir: t.TempDir(), latRate: 2000, latFor: 3 * time.Second}
 	if os.Getenv("WEIR_BENCH_PEERS") == "1" {
 		cfg.systems = append(cfg.systems, "flink", "kstreams")
 		if err := os.Chdir(".."); err != nil { // the peers' paths are the repository's
@@ -47,9 +47,17 @@ func TestBench(t *testing.T) {
 	}
 	// The passthrough runs as this binary's child: the test binary must
 	// answer `passthrough`, which TestMain does.
-	res, err := run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	res, lats, err := run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(lats) != len(cfg.systems) {
+		t.Fatalf("%d latency runs for %d systems", len(lats), len(cfg.systems))
+	}
+	for _, l := range lats {
+		if l.check != nil || l.samples == 0 || l.p50 <= 0 || l.p99 < l.p50 || l.max < l.p99 {
+			t.Errorf("latency %s: %+v", l.system, l)
+		}
 	}
 	if len(res) != len(cfg.systems) {
 		t.Fatalf("%d results for %d systems", len(res), len(cfg.systems))
@@ -60,6 +68,7 @@ func TestBench(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
+	writeLatency(&out, cfg, lats)
 	writeTable(&out, cfg, res)
 	t.Logf("\n%s", out.String())
 	for _, s := range cfg.systems {

@@ -138,6 +138,12 @@ func (c *checker) verify(records int64) error {
 
 // read reads topic read_committed from the start into chk until ctx ends.
 func (b *bench) read(ctx context.Context, topic string, chk *checker) error {
+	return b.readEach(ctx, topic, chk.take)
+}
+
+// readEach reads topic read_committed from the start, calling each for
+// every record as it comes, until ctx ends.
+func (b *bench) readEach(ctx context.Context, topic string, each func(*kgo.Record)) error {
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.FetchMaxWait(100*time.Millisecond))
@@ -155,6 +161,6 @@ func (b *bench) read(ctx context.Context, topic string, chk *checker) error {
 				return fmt.Errorf("fetch %s/%d: %w", e.Topic, e.Partition, e.Err)
 			}
 		}
-		fs.EachRecord(chk.take)
+		fs.EachRecord(each)
 	}
 }

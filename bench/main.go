@@ -27,7 +27,13 @@
 // records per second, and the process's CPU seconds per million records
 // over that span. Up to one commit interval of work done before the span
 // counts in it: use enough records that a run lasts many intervals. Peak
-// RSS is the process's high-water mark. The peers are Maven projects built
+// RSS is the process's high-water mark.
+//
+// Then each system runs once more on a fresh topic written at a fixed rate
+// (--latency-rate for --latency-for), and the harness reports the p50 and
+// p99 of the time from a record's write (its Kafka timestamp, which each
+// system carries to its result) to its result's visibility read_committed,
+// over the records written after the system's first result was visible. The peers are Maven projects built
 // on first use (mvn package, from Maven Central); nothing downloaded is
 // committed. Topics are deleted after each run.
 package main
@@ -55,6 +61,8 @@ func main() {
 	flag.IntVar(&c.keys, "keys", 10_000, "distinct keys")
 	flag.IntVar(&c.runs, "runs", 3, "runs of each system; the median is reported")
 	systems := flag.String("systems", "passthrough,weir,flink,kstreams", "systems to run, in order")
+	flag.IntVar(&c.latRate, "latency-rate", 20_000, "records per second of the latency runs")
+	flag.DurationVar(&c.latFor, "latency-for", 20*time.Second, "length of each system's latency run (0: none)")
 	flag.StringVar(&c.processor, "processor", "", "the processor binary (default: go build ./cmd/processor)")
 	flag.StringVar(&c.dir, "dir", "", "working directory for state and checkpoints (default: a temporary one)")
 	svg := flag.String("svg", "", "also draw the figures as an SVG chart into this file")
@@ -68,7 +76,10 @@ func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, err := run(ctx, c, log)
+	res, lats, err := run(ctx, c, log)
+	if len(lats) > 0 {
+		writeLatency(os.Stdout, c, lats)
+	}
 	if len(res) > 0 {
 		writeTable(os.Stdout, c, res)
 		if *svg != "" {
@@ -99,6 +110,8 @@ type config struct {
 	systems    []string
 	processor  string
 	dir        string
+	latRate    int           // records/s of the latency runs
+	latFor     time.Duration // their length; 0: none
 }
 
 // result is one run of one system.

@@ -14,7 +14,7 @@ import (
 
 // passthroughMain is system (a), run as a child process so that its CPU
 // and memory are its own: `bench passthrough BROKERS IN OUT` copies each
-// record's key and value from IN to OUT with a read_committed consumer and
+// record's key, value and timestamp from IN to OUT with a read_committed consumer and
 // an idempotent producer (linger 5 ms, no compression, as weir writes),
 // until SIGTERM: the limit, with no state, no transactions and no codec.
 func passthroughMain(args []string) int {
@@ -43,7 +43,7 @@ func passthroughMain(args []string) int {
 	for ctx.Err() == nil {
 		fs := cons.PollFetches(ctx)
 		fs.EachRecord(func(r *kgo.Record) {
-			prod.Produce(ctx, &kgo.Record{Topic: args[2], Key: r.Key, Value: r.Value}, func(_ *kgo.Record, err error) {
+			prod.Produce(ctx, &kgo.Record{Topic: args[2], Key: r.Key, Value: r.Value, Timestamp: r.Timestamp}, func(_ *kgo.Record, err error) {
 				if err != nil && ctx.Err() == nil {
 					select {
 					case failed <- err:

@@ -25,15 +25,15 @@ import (
 // the record's number, this header.
 var padding = []kgo.RecordHeader{{Key: "pad", Value: []byte(strings.Repeat("x", 72))}}
 
-func run(ctx context.Context, c config, log *slog.Logger) ([]result, error) {
-	if c.records <= 0 || c.partitions <= 0 || c.keys <= 0 || c.runs <= 0 {
-		return nil, fmt.Errorf("bad settings %+v", c)
+func run(ctx context.Context, c config, log *slog.Logger) ([]result, []latency, error) {
+	if c.records <= 0 || c.partitions <= 0 || c.keys <= 0 || c.runs <= 0 || c.latFor < 0 || c.latFor > 0 && c.latRate <= 0 {
+		return nil, nil, fmt.Errorf("bad settings %+v", c)
 	}
 	dir := c.dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "weir-bench-")
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		defer os.RemoveAll(d)
 		dir = d
@@ -41,7 +41,7 @@ func run(ctx context.Context, c config, log *slog.Logger) ([]result, error) {
 	brokers := strings.Split(c.brokers, ",")
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
@@ -51,31 +51,43 @@ func run(ctx context.Context, c config, log *slog.Logger) ([]result, error) {
 
 	for _, s := range c.systems {
 		if err := b.prepare(ctx, s); err != nil {
-			return nil, fmt.Errorf("%s: %w", s, err)
+			return nil, nil, fmt.Errorf("%s: %w", s, err)
 		}
 	}
 	in := "bench-in-" + b.suffix
 	if err := b.create(ctx, in); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer b.delete(in)
 	log.Info("loading input", "topic", in, "records", c.records, "partitions", c.partitions, "keys", c.keys)
 	if err := b.load(ctx, in); err != nil {
-		return nil, fmt.Errorf("load: %w", err)
+		return nil, nil, fmt.Errorf("load: %w", err)
 	}
 	var res []result
 	for k := range c.runs {
 		for _, s := range c.systems {
 			r, err := b.runOnce(ctx, s, in, k)
 			if err != nil {
-				return res, fmt.Errorf("%s, run %d: %w", s, k+1, err)
+				return res, nil, fmt.Errorf("%s, run %d: %w", s, k+1, err)
 			}
 			log.Info("run", "system", s, "run", k+1, "records_per_s", int(r.perSecond()), "cpu_s_per_million", fmt.Sprintf("%.2f", r.cpuPerMillion()),
 				"peak_rss_mb", r.rss>>20, "exactly_once", r.check == nil)
 			res = append(res, r)
 		}
 	}
-	return res, nil
+	var lats []latency
+	for _, s := range c.systems {
+		if c.latFor == 0 {
+			break
+		}
+		l, err := b.latencyRun(ctx, s)
+		if err != nil {
+			return res, lats, fmt.Errorf("%s, latency: %w", s, err)
+		}
+		log.Info("latency", "system", s, "p50", l.p50, "p99", l.p99, "samples", l.samples, "exactly_once", l.check == nil)
+		lats = append(lats, l)
+	}
+	return res, lats, nil
 }
 
 type bench struct {

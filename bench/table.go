@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"time"
 )
 
 // writeTable prints each system's median run (by records/s) of those that
@@ -116,3 +117,19 @@ func medians(c config, res []result) []result {
 	}
 	return out
 }
+
+// writeLatency prints each system's latency run.
+func writeLatency(w io.Writer, c config, lats []latency) {
+	fmt.Fprintf(w, "end-to-end latency at %d records/s for %v (write to read_committed visibility)\n", c.latRate, c.latFor)
+	fmt.Fprintf(w, "%-12s %10s %10s %10s %9s\n", "system", "p50 ms", "p99 ms", "max ms", "samples")
+	for _, l := range lats {
+		if l.check != nil {
+			fmt.Fprintf(w, "%-12s failed the check: %v\n", l.system, l.check)
+			continue
+		}
+		fmt.Fprintf(w, "%-12s %10.1f %10.1f %10.1f %9d\n", l.system, ms(l.p50), ms(l.p99), ms(l.max), l.samples)
+	}
+	fmt.Fprintln(w)
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
