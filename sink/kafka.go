@@ -370,7 +370,9 @@ type plainWriter[T any] struct {
 
 func openPlain[T any](cfg Config[T], info runtime.TaskInfo, log *slog.Logger) (*plainWriter[T], error) {
 	opts := cfg.clientOpts()
-	if cfg.delivery() == None {
+	if cfg.delivery() == None && !cfg.Watermarks {
+		// Watermark markers must stay behind the records they follow,
+		// which retries without idempotence may reorder.
 		opts = append(opts, kgo.DisableIdempotentWrite(), kgo.RequiredAcks(kgo.LeaderAck()))
 	} else {
 		opts = append(opts, kgo.RequiredAcks(kgo.AllISRAcks()))

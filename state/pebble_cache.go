@@ -11,8 +11,8 @@ package state
 // this one does.
 //
 // The cache holds what Pebble would: Snapshot writes it out first, so a
-// snapshot reflects every write before it; Restore drops it; Close drops
-// it too (what was written since the last snapshot is never read again:
+// snapshot reflects every write before it; a Restore that succeeds drops
+// it (one that fails keeps it, with the state); Close drops it too (what was written since the last snapshot is never read again:
 // the next backend restores a checkpoint).
 
 // valueCacheBytes bounds one table's cache (keys, values and about 64

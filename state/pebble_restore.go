@@ -33,12 +33,9 @@ func (p *Pebble) Restore(ctx context.Context, st checkpoint.Storage, handle chec
 	if p.db == nil {
 		return ErrClosed
 	}
-	// The value caches' writes go into the DB first, so that a failed
-	// restore leaves the state as it was; a restore that succeeds drops
-	// them below.
-	if err := p.flushValues(); err != nil {
-		return err
-	}
+	// The value caches stay as they are until the restore succeeds: a
+	// failed one leaves the state as it was, their writes included (the
+	// next snapshot writes them out).
 	p.dropWindow()
 	start := time.Now()
 	var c restoreCounters

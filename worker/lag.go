@@ -20,12 +20,13 @@ import (
 // each task replace older ones not yet committed. Tools that show consumer
 // lag (kafka-consumer-groups.sh, Burrow) read that group.
 //
-// It also purges the job's internal (repartition) topics, as Kafka Streams
-// does: once a task completed checkpoint.DefaultRetained checkpoints here,
-// the records of its internal partitions before the positions of the
-// oldest of the last ones are deleted. No restore goes further back than
-// the oldest checkpoint retention keeps, whose positions are at least
-// those (a restore may fall back to it; positions only grow).
+// Given internal (repartition) topics, it also purges them, as Kafka
+// Streams does: once a task completed checkpoint.DefaultRetained
+// checkpoints here, the records of its internal partitions before the
+// least positions of the last ones are deleted. The worker gives it none:
+// a bound from one worker's completions is not safe with several owners
+// (a zombie keeps completing) or after a restore that falls back past
+// unusable checkpoints; the history is cleared on restore regardless.
 type lagCommitter struct {
 	c        *source.Committer
 	log      *slog.Logger
@@ -68,7 +69,7 @@ func (l *lagCommitter) offer(task int, ps []checkpoint.SourcePosition) {
 		}
 		l.history[task] = h
 		if len(h) == checkpoint.DefaultRetained {
-			l.purge[task] = h[0]
+			l.purge[task] = least(h)
 		}
 	}
 	l.mu.Unlock()
@@ -100,6 +101,32 @@ func (l *lagCommitter) commit(ctx context.Context) {
 	if ps := l.take(l.latest); len(ps) > 0 {
 		l.report(&l.failed, "lag offsets not committed", "(monitoring only; checkpoints are unaffected)", l.c.CommitOffsets(cctx, ps))
 	}
+}
+
+// restored forgets task's history: a restored task may have gone back to
+// an older checkpoint than those it completed here.
+func (l *lagCommitter) restored(task int) {
+	l.mu.Lock()
+	delete(l.history, task)
+	delete(l.purge, task)
+	l.mu.Unlock()
+}
+
+// least is, per partition, the least position of the completions in h.
+func least(h [][]checkpoint.SourcePosition) []checkpoint.SourcePosition {
+	var out []checkpoint.SourcePosition
+	for _, ps := range h {
+		for _, p := range ps {
+			i := slices.IndexFunc(out, func(o checkpoint.SourcePosition) bool { return o.Topic == p.Topic && o.Partition == p.Partition })
+			switch {
+			case i < 0:
+				out = append(out, p)
+			case p.Offset < out[i].Offset:
+				out[i].Offset = p.Offset
+			}
+		}
+	}
+	return out
 }
 
 // purgeNow deletes what offer found purgeable.

@@ -11,8 +11,9 @@ import (
 )
 
 // TestPurgeInternalTopics: the lag committer deletes a task's internal
-// records only before the oldest of its last DefaultRetained completed
-// checkpoints, never input topics', and per task.
+// records only before the least positions of its last DefaultRetained
+// completed checkpoints since its last restore, never input topics', and
+// per task. (The worker does not give it internal topics yet.)
 func TestPurgeInternalTopics(t *testing.T) {
 	l := newLagCommitter(nil, slog.New(slog.NewTextHandler(io.Discard, nil)), []string{"rep"})
 	var purged [][]checkpoint.SourcePosition
@@ -34,12 +35,19 @@ func TestPurgeInternalTopics(t *testing.T) {
 	if len(purged) != 0 {
 		t.Fatalf("purged %v before %d checkpoints completed", purged, checkpoint.DefaultRetained)
 	}
-	complete(0, 1000, 50) // the oldest of the last three is at 0: nothing to delete below it
-	complete(0, 1100, 60) // now the oldest is at 10
+	complete(0, 1000, 50) // the least of the last three is at 0: nothing to delete below it
+	complete(0, 1100, 60) // now the least is at 10
 	complete(1, 5, 7)
+	// A restore that went back (to 5, below the last three): its history
+	// starts again, and the least counts, not the oldest.
+	l.restored(0)
+	complete(0, 1200, 5)
+	complete(0, 1300, 70)
+	complete(0, 1400, 80)
 	want := [][]checkpoint.SourcePosition{
 		{{Topic: "rep", Partition: 0, Offset: 0}},
 		{{Topic: "rep", Partition: 0, Offset: 10}},
+		{{Topic: "rep", Partition: 0, Offset: 5}},
 	}
 	if !reflect.DeepEqual(purged, want) {
 		t.Fatalf("purged %v, want %v", purged, want)

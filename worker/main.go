@@ -11,6 +11,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -41,12 +43,43 @@ func Main(jobs ...Job) {
 const DefaultGCPercent = 400
 
 // TuneGC sets the garbage collector's target to DefaultGCPercent unless
-// the GOGC environment variable sets one. Main calls it; a job's own main
-// that does not use Main may too.
+// the GOGC environment variable sets one. So that a container's memory
+// limit still holds (Pebble's memtables and block cache are Go heap in a
+// build without cgo, as the image's), it also sets the soft memory limit
+// to 85% of the cgroup's memory limit, if there is one and GOMEMLIMIT is
+// not set: near it, the collector runs as often as it must. Main calls
+// it; a job's own main that does not use Main may too.
 func TuneGC() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(DefaultGCPercent)
+	if _, set := os.LookupEnv("GOGC"); set {
+		return
 	}
+	debug.SetGCPercent(DefaultGCPercent)
+	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
+		if limit := memoryLimit(cgroupMemoryFiles...); limit > 0 {
+			debug.SetMemoryLimit(limit / 100 * 85)
+		}
+	}
+}
+
+// cgroupMemoryFiles hold the memory limit of the process's cgroup: v2's,
+// v1's.
+var cgroupMemoryFiles = []string{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}
+
+// memoryLimit is the limit in the first of files there is, 0 if it says
+// none.
+func memoryLimit(files ...string) int64 {
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || n <= 0 || n >= 1<<60 { // "max", or v1's "unlimited"
+			return 0
+		}
+		return n
+	}
+	return 0
 }
 
 // Signals turns SIGTERM and SIGINT into a worker's two ways to stop: the

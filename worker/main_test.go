@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -43,6 +45,32 @@ func TestCommand(t *testing.T) {
 		code := Command(context.Background(), nil, tc.args, noEnv, &out)
 		if code != tc.code || !strings.Contains(out.String(), tc.out) {
 			t.Errorf("Command(%q) = %d, output:\n%s\nwant %d and %q", tc.args, code, out.String(), tc.code, tc.out)
+		}
+	}
+}
+
+// TestMemoryLimit reads cgroup memory limits as v2 and v1 write them.
+func TestMemoryLimit(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		files []string
+		want  int64
+	}{
+		{[]string{file("v2", "536870912\n")}, 536870912},
+		{[]string{file("v2max", "max\n")}, 0},
+		{[]string{file("v1none", "9223372036854771712\n")}, 0},
+		{[]string{filepath.Join(dir, "absent"), file("v1", "1073741824\n")}, 1073741824},
+		{[]string{filepath.Join(dir, "absent")}, 0},
+	} {
+		if got := memoryLimit(tc.files...); got != tc.want {
+			t.Errorf("memoryLimit(%v) = %d, want %d", tc.files, got, tc.want)
 		}
 	}
 }

@@ -220,6 +220,9 @@ func (o *observer) TaskRestored(job string, task int, epoch int64, from checkpoi
 	}
 	o.metrics.restore.Observe(since.Seconds())
 	o.log.Info("task restored", "task", task, "epoch", epoch, "from_checkpoint", from, "took", since.Round(time.Millisecond))
+	if o.lag != nil {
+		o.lag.restored(task)
+	}
 	o.extra.TaskRestored(job, task, epoch, from, d)
 }
 

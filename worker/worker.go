@@ -170,7 +170,12 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	if err != nil {
 		return err
 	}
-	lag := newLagCommitter(committer, log, internal)
+	// No internal topics to purge: purging behind a task's own completed
+	// checkpoints can delete records a restore still needs (a restore that
+	// falls back past unusable checkpoints, a zombie owner that keeps
+	// completing checkpoints). Purging waits for a bound taken from the
+	// checkpoints storage retains.
+	lag := newLagCommitter(committer, log, nil)
 	reg.MustRegister(newLagCollector(w, committer))
 	lagDone := make(chan struct{})
 	lagCtx, stopLag := context.WithCancel(context.WithoutCancel(ctx))
