@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -72,17 +71,8 @@ func (b *bench) latencyRun(ctx context.Context, s string) (latency, error) {
 	if err != nil {
 		return latency{}, err
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}()
+	exited, stop := watch(cmd)
+	defer stop()
 
 	// Write at the rate, in 10 ms steps; the producer stamps each record
 	// as it is produced.

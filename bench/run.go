@@ -239,17 +239,8 @@ func (b *bench) runOnce(ctx context.Context, s, in string, k int) (result, error
 		return result{}, err
 	}
 	start := time.Now()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}()
+	exited, stop := watch(cmd)
+	defer stop()
 
 	var (
 		from    time.Time
@@ -295,5 +286,21 @@ func (b *bench) runOnce(ctx context.Context, s, in string, k int) (result, error
 		<-reader
 		return result{system: s, records: n - fromN, elapsed: now.Sub(from), cpu: cpu - fromCPU, rss: rss,
 			total: now.Sub(start), check: chk.verify(b.c.records)}, nil
+	}
+}
+
+// watch waits for cmd in the background: exited yields its end; stop
+// ends it with SIGTERM, or SIGKILL after 30 s, and waits for it.
+func watch(cmd *exec.Cmd) (exited chan error, stop func()) {
+	exited = make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	return exited, func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
 	}
 }
