@@ -37,7 +37,8 @@ func TestBench(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	cfg := config{brokers: strings.Join(c.Brokers, ","), records: 100_000, partitions: 4, keys: 1000, runs: 1,
-		systems: []string{"passthrough", "weir"}, processor: bin, dir: t.TempDir(), latRate: 2000, latFor: 3 * time.Second}
+		systems: []string{"passthrough", "weir"}, processor: bin, dir: t.TempDir(), latRate: 2000, latFor: 3 * time.Second,
+		restoreMB: 2, restoreSession: 6 * time.Second}
 	if os.Getenv("WEIR_BENCH_PEERS") == "1" {
 		cfg.systems = append(cfg.systems, "flink", "kstreams")
 		if err := os.Chdir(".."); err != nil { // the peers' paths are the repository's
@@ -47,9 +48,21 @@ func TestBench(t *testing.T) {
 	}
 	// The passthrough runs as this binary's child: the test binary must
 	// answer `passthrough`, which TestMain does.
-	res, lats, err := run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	res, lats, rests, err := run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
+	}
+	wantRests := 1 // weir, and kstreams if the peers run
+	if len(cfg.systems) > 2 {
+		wantRests = 2
+	}
+	if len(rests) != wantRests {
+		t.Fatalf("%d restore runs, want %d", len(rests), wantRests)
+	}
+	for _, r := range rests {
+		if r.check != nil || len(r.kept) != cfg.runs || len(r.lost) != cfg.runs || r.disk <= 0 {
+			t.Errorf("restore %s: %+v", r.system, r)
+		}
 	}
 	if len(lats) != len(cfg.systems) {
 		t.Fatalf("%d latency runs for %d systems", len(lats), len(cfg.systems))
@@ -68,6 +81,7 @@ func TestBench(t *testing.T) {
 		}
 	}
 	var out bytes.Buffer
+	writeRestore(&out, cfg, rests)
 	writeLatency(&out, cfg, lats)
 	writeTable(&out, cfg, res)
 	t.Logf("\n%s", out.String())
@@ -83,8 +97,8 @@ func TestBench(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "passthrough" {
-		os.Exit(passthroughMain(os.Args[2:]))
+	if code, child := childMain(os.Args[1:]); child {
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }
@@ -148,5 +162,53 @@ func TestParseOut(t *testing.T) {
 		if o, err := parseOut([]byte(bad)); err == nil {
 			t.Errorf("%s: parsed as %+v", bad, o)
 		}
+	}
+}
+
+// TestLastChecker: the restore runs' check finds lost state, duplicates
+// and missing results.
+func TestLastChecker(t *testing.T) {
+	const keys, rounds = 2000, 2 // probes update k0, k2, k4, ...
+	all := func() []*kgo.Record {
+		var rs []*kgo.Record
+		rec := func(k, prev int64) *kgo.Record {
+			return &kgo.Record{Key: fmt.Appendf(nil, "k%d", k), Value: fmt.Appendf(nil, "%d", prev)}
+		}
+		for i := range int64(keys) {
+			rs = append(rs, rec(i, -1))
+		}
+		for r := range int64(rounds) {
+			for j := range int64(probes) {
+				prev := j * 2
+				if r > 0 {
+					prev = keys + (r-1)*probes + j
+				}
+				rs = append(rs, rec(j*2, prev))
+			}
+		}
+		return rs
+	}
+	for _, tc := range []struct {
+		name string
+		edit func([]*kgo.Record) []*kgo.Record
+		want string
+	}{
+		{"exactly once", func(rs []*kgo.Record) []*kgo.Record { return rs }, ""},
+		{"state lost", func(rs []*kgo.Record) []*kgo.Record { rs[keys+3].Value = []byte("-1"); return rs }, "1 keys' results wrong"},
+		{"state rolled back", func(rs []*kgo.Record) []*kgo.Record { rs[keys+probes+3].Value = []byte("6"); return rs }, "1 keys' results wrong"},
+		{"duplicate", func(rs []*kgo.Record) []*kgo.Record { return append(rs, rs[keys+5]) }, "1 keys' results wrong"},
+		{"missing", func(rs []*kgo.Record) []*kgo.Record { return rs[:len(rs)-1] }, "1 keys' results wrong"},
+		{"garbage", func(rs []*kgo.Record) []*kgo.Record { rs[0].Value = []byte("x"); return rs }, `value "x"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newLastChecker()
+			for _, r := range tc.edit(all()) {
+				c.take(r)
+			}
+			err := c.verify(keys, rounds)
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Errorf("verify: %v, want %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -51,18 +51,20 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "passthrough" {
-		os.Exit(passthroughMain(os.Args[2:]))
+	if code, child := childMain(os.Args[1:]); child {
+		os.Exit(code)
 	}
 	var c config
 	flag.StringVar(&c.brokers, "brokers", os.Getenv("KAFKA_BROKERS"), "Kafka bootstrap addresses, comma-separated (default $KAFKA_BROKERS)")
-	flag.Int64Var(&c.records, "records", 2_000_000, "input records")
+	flag.Int64Var(&c.records, "records", 2_000_000, "input records of the throughput runs (0: none)")
 	flag.IntVar(&c.partitions, "partitions", 4, "partitions of every topic (= tasks)")
 	flag.IntVar(&c.keys, "keys", 10_000, "distinct keys")
 	flag.IntVar(&c.runs, "runs", 3, "runs of each system; the median is reported")
 	systems := flag.String("systems", "passthrough,weir,flink,kstreams", "systems to run, in order")
 	flag.IntVar(&c.latRate, "latency-rate", 20_000, "records per second of the latency runs")
 	flag.DurationVar(&c.latFor, "latency-for", 20*time.Second, "length of each system's latency run (0: none)")
+	flag.IntVar(&c.restoreMB, "restore-mb", 1000, "megabytes of state of the restore runs of weir and kstreams (0: none)")
+	flag.DurationVar(&c.restoreSession, "restore-session-timeout", 6*time.Second, "group session timeout of the restore runs, waited out before each restart")
 	flag.StringVar(&c.processor, "processor", "", "the processor binary (default: go build ./cmd/processor)")
 	flag.StringVar(&c.dir, "dir", "", "working directory for state and checkpoints (default: a temporary one)")
 	svg := flag.String("svg", "", "also draw the figures as an SVG chart into this file")
@@ -76,7 +78,10 @@ func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, lats, err := run(ctx, c, log)
+	res, lats, rests, err := run(ctx, c, log)
+	if len(rests) > 0 {
+		writeRestore(os.Stdout, c, rests)
+	}
 	if len(lats) > 0 {
 		writeLatency(os.Stdout, c, lats)
 	}
@@ -112,6 +117,25 @@ type config struct {
 	dir        string
 	latRate    int           // records/s of the latency runs
 	latFor     time.Duration // their length; 0: none
+	restoreMB  int           // state of the restore runs, MB; 0: none
+	// restoreSession is the session timeout of the restore runs.
+	restoreSession time.Duration
+}
+
+// childMain runs the processes bench starts of itself: `bench
+// passthrough ...` and `bench last ...`; child says whether args named
+// one.
+func childMain(args []string) (code int, child bool) {
+	if len(args) == 0 {
+		return 0, false
+	}
+	switch args[0] {
+	case "passthrough":
+		return passthroughMain(args[1:]), true
+	case "last":
+		return lastMain(args[1:]), true
+	}
+	return 0, false
 }
 
 // result is one run of one system.

@@ -25,15 +25,16 @@ import (
 // the record's number, this header.
 var padding = []kgo.RecordHeader{{Key: "pad", Value: []byte(strings.Repeat("x", 72))}}
 
-func run(ctx context.Context, c config, log *slog.Logger) ([]result, []latency, error) {
-	if c.records <= 0 || c.partitions <= 0 || c.keys <= 0 || c.runs <= 0 || c.latFor < 0 || c.latFor > 0 && c.latRate <= 0 {
-		return nil, nil, fmt.Errorf("bad settings %+v", c)
+func run(ctx context.Context, c config, log *slog.Logger) ([]result, []latency, []restore, error) {
+	if c.records < 0 || c.partitions <= 0 || c.keys <= 0 || c.runs <= 0 || c.latFor < 0 || c.latFor > 0 && c.latRate <= 0 ||
+		c.restoreMB < 0 || c.restoreMB > 0 && c.restoreSession < time.Second {
+		return nil, nil, nil, fmt.Errorf("bad settings %+v", c)
 	}
 	dir := c.dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "weir-bench-")
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		defer os.RemoveAll(d)
 		dir = d
@@ -41,39 +42,26 @@ func run(ctx context.Context, c config, log *slog.Logger) ([]result, []latency, 
 	brokers := strings.Split(c.brokers, ",")
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
 	var suffix [4]byte
 	_, _ = rand.Read(suffix[:])
-	b := &bench{c: c, log: log, adm: adm, brokers: brokers, dir: dir, suffix: hex.EncodeToString(suffix[:])}
+	self, err := os.Executable() // the passthrough and weir's restore job are its children
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	b := &bench{c: c, log: log, adm: adm, brokers: brokers, dir: dir, suffix: hex.EncodeToString(suffix[:]), self: self}
 
 	for _, s := range c.systems {
 		if err := b.prepare(ctx, s); err != nil {
-			return nil, nil, fmt.Errorf("%s: %w", s, err)
+			return nil, nil, nil, fmt.Errorf("%s: %w", s, err)
 		}
 	}
-	in := "bench-in-" + b.suffix
-	if err := b.create(ctx, in); err != nil {
-		return nil, nil, err
-	}
-	defer b.delete(in)
-	log.Info("loading input", "topic", in, "records", c.records, "partitions", c.partitions, "keys", c.keys)
-	if err := b.load(ctx, in); err != nil {
-		return nil, nil, fmt.Errorf("load: %w", err)
-	}
-	var res []result
-	for k := range c.runs {
-		for _, s := range c.systems {
-			r, err := b.runOnce(ctx, s, in, k)
-			if err != nil {
-				return res, nil, fmt.Errorf("%s, run %d: %w", s, k+1, err)
-			}
-			log.Info("run", "system", s, "run", k+1, "records_per_s", int(r.perSecond()), "cpu_s_per_million", fmt.Sprintf("%.2f", r.cpuPerMillion()),
-				"peak_rss_mb", r.rss>>20, "exactly_once", r.check == nil)
-			res = append(res, r)
-		}
+	res, err := b.throughput(ctx)
+	if err != nil {
+		return res, nil, nil, err
 	}
 	var lats []latency
 	for _, s := range c.systems {
@@ -82,12 +70,55 @@ func run(ctx context.Context, c config, log *slog.Logger) ([]result, []latency, 
 		}
 		l, err := b.latencyRun(ctx, s)
 		if err != nil {
-			return res, lats, fmt.Errorf("%s, latency: %w", s, err)
+			return res, lats, nil, fmt.Errorf("%s, latency: %w", s, err)
 		}
 		log.Info("latency", "system", s, "p50", l.p50, "p99", l.p99, "samples", l.samples, "exactly_once", l.check == nil)
 		lats = append(lats, l)
 	}
-	return res, lats, nil
+	var rests []restore
+	for _, s := range c.systems {
+		if c.restoreMB == 0 || s != "weir" && s != "kstreams" {
+			continue
+		}
+		r, err := b.restoreRun(ctx, s)
+		if err != nil {
+			return res, lats, rests, fmt.Errorf("%s, restore: %w", s, err)
+		}
+		log.Info("restore", "system", s, "kept", r.kept, "lost", r.lost, "exactly_once", r.check == nil)
+		rests = append(rests, r)
+	}
+	return res, lats, rests, nil
+}
+
+// throughput runs each system c.runs times on c.records input records
+// (none if 0).
+func (b *bench) throughput(ctx context.Context) ([]result, error) {
+	c, log := b.c, b.log
+	var res []result
+	if c.records == 0 {
+		return nil, nil
+	}
+	in := "bench-in-" + b.suffix
+	if err := b.create(ctx, in); err != nil {
+		return nil, err
+	}
+	defer b.delete(in)
+	log.Info("loading input", "topic", in, "records", c.records, "partitions", c.partitions, "keys", c.keys)
+	if err := b.load(ctx, in); err != nil {
+		return nil, fmt.Errorf("load: %w", err)
+	}
+	for k := range c.runs {
+		for _, s := range c.systems {
+			r, err := b.runOnce(ctx, s, in, k)
+			if err != nil {
+				return res, fmt.Errorf("%s, run %d: %w", s, k+1, err)
+			}
+			log.Info("run", "system", s, "run", k+1, "records_per_s", int(r.perSecond()), "cpu_s_per_million", fmt.Sprintf("%.2f", r.cpuPerMillion()),
+				"peak_rss_mb", r.rss>>20, "exactly_once", r.check == nil)
+			res = append(res, r)
+		}
+	}
+	return res, nil
 }
 
 type bench struct {
@@ -150,9 +181,7 @@ func (b *bench) load(ctx context.Context, topic string) error {
 func (b *bench) prepare(ctx context.Context, s string) error {
 	switch s {
 	case "passthrough":
-		self, err := os.Executable()
-		b.self = self
-		return err
+		return nil
 	case "weir":
 		if b.c.processor != "" {
 			return nil
@@ -165,13 +194,30 @@ func (b *bench) prepare(ctx context.Context, s string) error {
 		if _, err := os.Stat(pom); err != nil {
 			return fmt.Errorf("run bench from the repository's root: %w", err)
 		}
-		if _, err := os.Stat(filepath.Join("bench", "peers", s, "target", "lib")); err == nil {
+		if peerBuilt(s) {
 			return nil
 		}
 		b.log.Info("building the peer with Maven (first use downloads its dependencies)", "peer", s)
 		return command(ctx, ".", "mvn", "-q", "-B", "-f", pom, "package", "-DskipTests")
 	}
 	return fmt.Errorf("unknown system %q (want passthrough, weir, flink or kstreams)", s)
+}
+
+// peerBuilt says whether peer s's target has its libraries and a class
+// for each of its sources.
+func peerBuilt(s string) bool {
+	peer := filepath.Join("bench", "peers", s)
+	srcs, _ := filepath.Glob(filepath.Join(peer, "src", "main", "java", "weir", "bench", "*.java"))
+	if _, err := os.Stat(filepath.Join(peer, "target", "lib")); err != nil || len(srcs) == 0 {
+		return false
+	}
+	for _, src := range srcs {
+		class := strings.TrimSuffix(filepath.Base(src), ".java") + ".class"
+		if _, err := os.Stat(filepath.Join(peer, "target", "classes", "weir", "bench", class)); err != nil {
+			return false
+		}
+	}
+	return true
 }
 
 func command(ctx context.Context, dir, name string, args ...string) error {
@@ -197,13 +243,11 @@ func (b *bench) start(s, in, out, name, dir string) (*exec.Cmd, error) {
 			"--input", in, "--output", out, "--checkpoints", "file://"+filepath.Join(dir, "checkpoints"),
 			"--state-dir", filepath.Join(dir, "state"), "--interval", "1s", "--http-addr", "off", "--log-level", "warn")
 	case "flink", "kstreams":
-		peer := filepath.Join("bench", "peers", s, "target")
-		cp := filepath.Join(peer, "classes") + string(os.PathListSeparator) + filepath.Join(peer, "lib", "*")
 		last := strconv.Itoa(b.c.partitions) // Flink: parallelism
 		if s == "kstreams" {
 			last = "2" // stream threads: one per core of the machine
 		}
-		cmd = exec.Command("java", "-cp", cp, "weir.bench.Count", brokers, in, out, name, dir, last)
+		cmd = exec.Command("java", "-cp", b.peerClasspath(s), "weir.bench.Count", brokers, in, out, name, dir, last)
 	}
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = os.Stderr
@@ -214,6 +258,12 @@ func (b *bench) start(s, in, out, name, dir string) (*exec.Cmd, error) {
 		}
 	}
 	return cmd, cmd.Start()
+}
+
+// peerClasspath is the Java class path of peer s, built by prepare.
+func (b *bench) peerClasspath(s string) string {
+	peer := filepath.Join("bench", "peers", s, "target")
+	return filepath.Join(peer, "classes") + string(os.PathListSeparator) + filepath.Join(peer, "lib", "*")
 }
 
 func (b *bench) runOnce(ctx context.Context, s, in string, k int) (result, error) {

@@ -133,3 +133,40 @@ func writeLatency(w io.Writer, c config, lats []latency) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// writeRestore prints each system's restore times: median and range of
+// the restarts with the local state kept and with it deleted.
+func writeRestore(w io.Writer, c config, rests []restore) {
+	if len(rests) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "restore after kill -9: %d keys x %d bytes of state; restart to the last probe's result visible, median of %d (range)\n",
+		rests[0].keys, restoreValue, c.runs)
+	fmt.Fprintf(w, "%-12s %10s %14s %10s %22s %22s\n", "system", "load s", "state MiB", "stored MiB", "local state kept s", "local state deleted s")
+	span := func(ds []time.Duration) string {
+		if len(ds) == 0 {
+			return "-"
+		}
+		s := slices.Clone(ds)
+		slices.Sort(s)
+		return fmt.Sprintf("%.1f (%.1f-%.1f)", s[len(s)/2].Seconds(), s[0].Seconds(), s[len(s)-1].Seconds())
+	}
+	for _, r := range rests {
+		if r.check != nil {
+			fmt.Fprintf(w, "%-12s failed the check: %v\n", r.system, r.check)
+			continue
+		}
+		stored := "-"
+		if r.stored > 0 {
+			stored = fmt.Sprint(r.stored >> 20)
+		}
+		fmt.Fprintf(w, "%-12s %10.1f %14d %10s %22s %22s\n", r.system, r.load.Seconds(), r.disk>>20, stored, span(r.kept), span(r.lost))
+	}
+	for _, r := range rests {
+		if r.keptFetched+r.keptReused+r.lostFetched+r.lostReused > 0 {
+			fmt.Fprintf(w, "%s's restores, over the %d restarts of each kind: local state kept: %d MiB downloaded, %d MiB reused; deleted: %d MiB downloaded, %d MiB reused\n",
+				r.system, c.runs, r.keptFetched>>20, r.keptReused>>20, r.lostFetched>>20, r.lostReused>>20)
+		}
+	}
+	fmt.Fprintf(w, "(each restart waits out the %v session timeout after the kill first, so that neither waits for the dead member; it is not counted)\n\n", c.restoreSession)
+}

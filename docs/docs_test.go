@@ -267,6 +267,8 @@ var commands = map[string]how{
 	"WEIR_KAFKA_DIR=/tmp/weir-kafka-bench scripts/kafka stop": {by: []ref{ciStep("scripts/kafka stop")}},
 	"go run ./bench --brokers $B --records 5000000 --svg docs/images/bench.svg": {by: []ref{
 		{file: "bench/bench_test.go", text: "func TestBench(", name: "TestBench"}}},
+	"go run ./bench --brokers $B --systems weir,kstreams --records 0 --latency-for 0 --restore-mb 1000": {by: []ref{
+		{file: "bench/bench_test.go", text: "func TestBench(", name: "TestBench"}}},
 
 	// docs/operating.md and docs/writing-jobs.md.
 	"go run ./cmd/processor run -h":            {run: true, once: true, want: []string{"-txn-timeout", "WEIR_SOME_FLAG"}},

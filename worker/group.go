@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -72,8 +73,9 @@ func (w *worker) runGroup(ctx context.Context) error {
 		kgo.OnPartitionsRevoked(m.revoked),
 		kgo.OnPartitionsLost(m.lost),
 		kgo.WithHooks(w.kgoMetrics.hook(prometheus.Labels{"task": "", "client": "group"})),
+		kgo.WithHooks(groupErrors{w}),
 	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(append(opts, w.kafka...)...)
 	if err != nil {
 		return fmt.Errorf("group %s: %w", c.Group(), err)
 	}
@@ -106,6 +108,26 @@ func (w *worker) runGroup(ctx context.Context) error {
 	cl.Close()
 	w.log.Info("left the group", "group", c.Group())
 	return nil
+}
+
+// groupErrors hears the group client's management errors, which franz-go
+// otherwise only hands to a poll, and the worker never polls the group's
+// client (the tasks read their partitions themselves). Without it a group
+// the broker will not let the worker join leaves the worker idle and
+// silent. An error no retry mends fails the worker, naming what to
+// change; others are logged, and the client retries.
+type groupErrors struct{ w *worker }
+
+func (h groupErrors) OnGroupManageError(err error) {
+	c := &h.w.cfg
+	switch {
+	case errors.Is(err, kerr.InvalidSessionTimeout):
+		h.w.fail(fmt.Errorf("--session-timeout %v: the broker refuses it (%w); it accepts group.min.session.timeout.ms (6s by default) to group.max.session.timeout.ms (30m by default)", c.SessionTimeout, err))
+	case errors.Is(err, kerr.GroupAuthorizationFailed):
+		h.w.fail(fmt.Errorf("group %s: %w: the worker's principal needs READ on the group (--name names it)", c.Group(), err))
+	default:
+		h.w.log.Warn("group: joining or heartbeating failed; retrying", "group", c.Group(), "err", err)
+	}
 }
 
 // membership returns the worker's place in the job's group: nil with
