@@ -6,6 +6,7 @@
 //	processor checkpoints list|inspect
 //	                    show the checkpoints of a job in checkpoint storage
 //	processor demo      all of the above on an embedded Kafka, with a crash and a restore
+//	processor chaos     the count job on several workers under random faults, verified
 //
 // Every flag can also be set from the environment: --some-flag as
 // WEIR_SOME_FLAG; the command line wins. Exit codes: 0 done (run: drained by
@@ -41,6 +42,8 @@ commands:
             show a job's completed checkpoints (sizes, positions, pending transactions)
             or one checkpoint's manifest
   demo      run the balance job on an embedded Kafka, crash it midway, restore, verify
+  chaos     run the count job on several workers against a real broker and S3 while injecting
+            faults (kill -9, SIGSTOP, SIGTERM, broker restarts, S3 and disk faults), then verify
   probe URL exit 0 if URL answers 200 (a container healthcheck: probe http://127.0.0.1:9464/readyz)
 
 processor <command> -h lists the command's flags. Every flag can also be set
@@ -94,6 +97,8 @@ func runDrainable(ctx context.Context, drain <-chan struct{}, args []string, loo
 		err = checkpointsCommand(ctx, rest, lookup, stdout, stderr)
 	case "demo":
 		err = demoCommand(ctx, rest, lookup, stdout, stderr)
+	case "chaos":
+		err = chaosCommand(ctx, rest, lookup, stdout, stderr)
 	case "probe":
 		err = worker.Probe(ctx, rest, stdout)
 	case "help", "-h", "-help", "--help":

@@ -1,0 +1,738 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/internal/cli"
+	"github.com/weirstream/weir/internal/faultproxy"
+)
+
+// The chaos runner: `processor chaos` runs the count job on --workers
+// worker processes of this binary against a real broker and an S3 server
+// for --duration, while it injects one fault after another at random, and
+// then checks the output read_committed for every input record exactly
+// once. It is what Kafka's transaction system tests and Jepsen do, on one
+// machine: the faults are the ones production has (a worker killed, one
+// paused past its session timeout and so a zombie when it wakes, a drain,
+// a broker restart, S3 failing or slow, a disk full or failing under one
+// worker's state), one at a time, with the next one not waiting for the
+// job to recover from the last.
+
+// chaosFaults are the faults the runner knows, in the order it reports them.
+var chaosFaults = []string{"sigkill", "sigstop", "sigterm", "broker-restart", "s3-errors", "s3-latency", "disk-full", "disk-errors"}
+
+type chaosConfig struct {
+	Brokers        []string
+	KafkaDir       string
+	KafkaScript    string
+	Dir            string
+	Duration       time.Duration
+	Workers        int
+	Partitions     int
+	Rate           int
+	Keys           int
+	Seed           uint64
+	Faults         []string
+	SessionTimeout time.Duration
+	Interval       time.Duration
+	CatchUp        time.Duration
+}
+
+func (c *chaosConfig) Validate() error {
+	var errs []error
+	bad := func(flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("--%s: "+format, append([]any{flag}, args...)...))
+	}
+	if c.Duration <= 0 {
+		bad("duration", "%v, want more than 0", c.Duration)
+	}
+	if c.Workers < 1 || c.Workers > 64 {
+		bad("workers", "%d, want 1 to 64", c.Workers)
+	}
+	if c.Partitions < 1 {
+		bad("partitions", "%d, want at least 1", c.Partitions)
+	}
+	if c.Rate < 1 {
+		bad("rate", "%d, want at least 1 record per second", c.Rate)
+	}
+	if c.Keys < 1 {
+		bad("keys", "%d, want at least 1", c.Keys)
+	}
+	if c.SessionTimeout < 6*time.Second {
+		bad("session-timeout", "%v, want at least 6s (brokers refuse less: group.min.session.timeout.ms)", c.SessionTimeout)
+	}
+	if c.Interval <= 0 {
+		bad("interval", "%v, want more than 0", c.Interval)
+	}
+	if c.CatchUp <= 0 {
+		bad("catch-up", "%v, want more than 0", c.CatchUp)
+	}
+	for _, f := range c.Faults {
+		if !slices.Contains(chaosFaults, f) {
+			bad("faults", "unknown fault %q (known: %s)", f, strings.Join(chaosFaults, ", "))
+		}
+	}
+	if slices.Contains(c.Faults, "broker-restart") && len(c.Brokers) > 0 && c.KafkaDir == "" {
+		bad("faults", "broker-restart needs a broker the runner can restart: leave --brokers empty (it starts one) or give the --kafka-dir of the scripts/kafka broker at --brokers")
+	}
+	if (len(c.Brokers) == 0 || c.KafkaDir != "") && c.KafkaScript == "" {
+		bad("kafka-script", "empty, and the runner starts or restarts the broker with it")
+	}
+	return errors.Join(errs...)
+}
+
+func parseChaos(args []string, lookup func(string) (string, bool), stderr io.Writer) (chaosConfig, error) {
+	c := chaosConfig{Duration: 3 * time.Minute, Workers: 3, Partitions: 6, Rate: 1000, Keys: 100,
+		Seed: rand.Uint64() % 1_000_000, Faults: slices.Clone(chaosFaults), KafkaScript: "scripts/kafka",
+		SessionTimeout: 6 * time.Second, Interval: time.Second, CatchUp: 3 * time.Minute}
+	fs := cli.NewFlagSet("processor chaos", "Run the count job on --workers worker processes against a real broker and an S3 server for\n--duration, injecting faults at random one after another, then check the output read_committed\nand print a table: each fault and how often, duplicates, missing, longest recovery, checkpoints\nfailed. Exits 1 unless the output is exactly once and the job recovered from every fault.", stderr)
+	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses (default: start a broker with --kafka-script in the run's directory)")
+	fs.StringVar(&c.KafkaDir, "kafka-dir", c.KafkaDir, "WEIR_KAFKA_DIR of the scripts/kafka broker at --brokers, to restart it (broker-restart)")
+	fs.StringVar(&c.KafkaScript, "kafka-script", c.KafkaScript, "the scripts/kafka of this repository, which starts and restarts the broker")
+	fs.StringVar(&c.Dir, "dir", c.Dir, "working directory: worker logs, state, the broker (default: a temporary one, removed after a clean run)")
+	fs.DurationVar(&c.Duration, "duration", c.Duration, "how long to inject faults")
+	fs.IntVar(&c.Workers, "workers", c.Workers, "worker processes")
+	fs.IntVar(&c.Partitions, "partitions", c.Partitions, "input partitions (tasks)")
+	fs.IntVar(&c.Rate, "rate", c.Rate, "input records per second, written throughout")
+	fs.IntVar(&c.Keys, "keys", c.Keys, "distinct keys of the input")
+	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the fault schedule (default: random, printed)")
+	fs.Var(cli.List{V: &c.Faults}, "faults", "faults to inject, comma-separated: "+strings.Join(chaosFaults, ", "))
+	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "the workers' group session timeout (sigstop pauses a worker past it)")
+	fs.DurationVar(&c.Interval, "interval", c.Interval, "the workers' checkpoint interval")
+	fs.DurationVar(&c.CatchUp, "catch-up", c.CatchUp, "after the faults, how long the job may take to write the output of all input")
+	if err := cli.Parse(fs, args, lookup); err != nil {
+		return c, err
+	}
+	if err := c.Validate(); err != nil {
+		return c, cli.UsageError{Err: err}
+	}
+	return c, nil
+}
+
+// chaosReport is what a run found.
+type chaosReport struct {
+	cfg       chaosConfig
+	elapsed   time.Duration
+	injected  map[string]int
+	verdict   Verdict
+	recovered []recovery // one per fault, in order
+	declined  int        // checkpoints declined or aborted, from the workers' logs
+	restarts  int        // tasks restarted after a failure, from the logs
+	exits     int        // worker processes that exited without being told to
+	produced  int64
+	stall     time.Duration // the longest time without new output
+}
+
+// recovery is how long the job took, after a fault ended, to have written
+// the output of every input record acknowledged by then.
+type recovery struct {
+	fault  string
+	ended  time.Time
+	target int64 // input records acknowledged when the fault ended
+	took   time.Duration
+	done   bool
+}
+
+func (r chaosReport) clean() bool {
+	if !r.verdict.Clean() || r.verdict.In != r.produced {
+		return false
+	}
+	for _, rc := range r.recovered {
+		if !rc.done {
+			return false
+		}
+	}
+	return true
+}
+
+func (r chaosReport) longest() recovery {
+	var l recovery
+	for _, rc := range r.recovered {
+		if !rc.done {
+			return rc
+		}
+		if rc.took > l.took {
+			l = rc
+		}
+	}
+	return l
+}
+
+func (r chaosReport) write(w io.Writer) {
+	c := r.cfg
+	fmt.Fprintf(w, "chaos: count job, %d workers, %d tasks, %d records/s, seed %d\n", c.Workers, c.Partitions, c.Rate, c.Seed)
+	row := func(k string, v any) { fmt.Fprintf(w, "  %-22s %v\n", k, v) }
+	row("duration", r.elapsed.Round(time.Second))
+	for _, f := range chaosFaults {
+		if slices.Contains(c.Faults, f) {
+			row("fault "+f, r.injected[f])
+		}
+	}
+	row("records in", r.verdict.In)
+	row("records out", r.verdict.Out)
+	row("duplicates", r.verdict.Duplicates)
+	row("missing", r.verdict.Missing)
+	row("wrong sums", r.verdict.WrongTotals)
+	if r.verdict.In != r.produced {
+		row("input", fmt.Sprintf("%d records acknowledged, %d read back", r.produced, r.verdict.In))
+	}
+	if l := r.longest(); !l.done && l.fault != "" {
+		row("longest recovery", fmt.Sprintf("none: the output never caught up after %s", l.fault))
+	} else if l.fault != "" {
+		row("longest recovery", fmt.Sprintf("%v (after %s)", l.took.Round(10*time.Millisecond), l.fault))
+	}
+	row("longest output stall", r.stall.Round(10*time.Millisecond))
+	row("checkpoints failed", r.declined)
+	row("task restarts", r.restarts)
+	row("worker exits", fmt.Sprintf("%d (not asked to exit; restarted)", r.exits))
+	verdict := "clean: exactly once, recovered from every fault"
+	if !r.clean() {
+		verdict = "NOT CLEAN"
+	}
+	row("verdict", verdict)
+	for _, n := range r.verdict.Notes {
+		fmt.Fprintln(w, "  note:", n)
+	}
+}
+
+func chaosCommand(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
+	c, err := parseChaos(args, lookup, stderr)
+	if err != nil {
+		return err
+	}
+	r, err := runChaos(ctx, c, stderr)
+	if r != nil {
+		r.write(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if !r.clean() {
+		return errors.New("chaos: not exactly once, or the job did not recover")
+	}
+	return nil
+}
+
+// chaos is one run's machinery.
+type chaos struct {
+	c       chaosConfig
+	log     io.Writer
+	dir     string
+	bin     string
+	brokers []string
+	kafka   string // WEIR_KAFKA_DIR of a broker the runner may restart; "" for none
+	s3uri   string
+	s3mode  atomic.Value // string: "", "errors", "latency"
+	workers []*chaosWorker
+	exits   atomic.Int64
+
+	in, out  string
+	acked    atomic.Int64
+	outN     atomic.Int64
+	stall    atomic.Int64 // the longest gap between output records read, ns
+	mu       sync.Mutex
+	pending  []*recovery
+	injected map[string]int
+}
+
+func (ch *chaos) logf(format string, args ...any) {
+	fmt.Fprintf(ch.log, "chaos: %s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
+}
+
+func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosReport, error) {
+	bin, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	dir := c.Dir
+	if dir == "" {
+		if dir, err = os.MkdirTemp("", "weir-chaos-"); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	ch := &chaos{c: c, log: stderr, dir: dir, bin: bin, brokers: c.Brokers, kafka: c.KafkaDir, injected: map[string]int{}}
+	ch.s3mode.Store("")
+	name := fmt.Sprintf("chaos-%d", c.Seed)
+	ch.in, ch.out = name+"-in", name+"-out"
+	ch.logf("seed %d, working in %s", c.Seed, dir)
+
+	if len(ch.brokers) == 0 {
+		ch.kafka = filepath.Join(dir, "kafka")
+		addr, err := ch.script("start")
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			if _, err := ch.script("stop"); err != nil {
+				ch.logf("stopping the broker: %v", err)
+			}
+		}()
+		ch.brokers = []string{addr}
+	}
+
+	// S3: an in-memory S3 server on a 127.0.0.1 port, spoken to over real
+	// HTTP through the fault proxy.
+	s3, err := startDemoS3(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer s3.close()
+	rng := rand.New(rand.NewPCG(c.Seed, 1))
+	proxy, err := faultproxy.Start(s3.endpoint, faultproxy.Options{Seed: c.Seed, DelayFor: 400 * time.Millisecond,
+		Decide: func(_ *http.Request, _ int) faultproxy.Fault { return ch.s3fault(rng) }})
+	if err != nil {
+		return nil, err
+	}
+	defer proxy.Close()
+	proxy.Enable(true)
+	ch.s3uri = "s3://" + demoBucket + "/" + name + "?" + url.Values{
+		"endpoint": {proxy.URL}, "region": {"us-east-1"}, "path_style": {"true"}}.Encode()
+
+	if err := ch.createTopics(ctx); err != nil {
+		return nil, err
+	}
+	runCtx, stopAll := context.WithCancel(ctx)
+	defer stopAll()
+	for i := range c.Workers {
+		w := &chaosWorker{ch: ch, i: i, faults: filepath.Join(dir, fmt.Sprintf("faults-w%d", i))}
+		ch.workers = append(ch.workers, w)
+		if err := w.start(); err != nil {
+			return nil, err
+		}
+	}
+	defer ch.stopWorkers()
+
+	produced := make(chan error, 1)
+	prodCtx, stopProducing := context.WithCancel(runCtx)
+	defer stopProducing()
+	go func() { produced <- ch.produce(prodCtx) }()
+	readDone := make(chan error, 1)
+	go func() { readDone <- ch.read(runCtx) }()
+
+	start := time.Now()
+	faultRng := rand.New(rand.NewPCG(c.Seed, 2))
+	for time.Since(start) < c.Duration && ctx.Err() == nil {
+		select {
+		case err := <-readDone:
+			return nil, fmt.Errorf("reading the output: %w", err)
+		case <-time.After(time.Duration(2000+faultRng.IntN(3000)) * time.Millisecond):
+		case <-ctx.Done():
+		}
+		if time.Since(start) >= c.Duration || ctx.Err() != nil {
+			break
+		}
+		f := c.Faults[faultRng.IntN(len(c.Faults))]
+		if err := ch.inject(ctx, f, faultRng); err != nil {
+			return nil, fmt.Errorf("fault %s: %w", f, err)
+		}
+	}
+	elapsed := time.Since(start)
+	stopProducing()
+	if err := <-produced; err != nil {
+		return nil, fmt.Errorf("writing the input: %w", err)
+	}
+	total := ch.acked.Load()
+	ch.logf("faults over after %v; %d input records acknowledged; waiting up to %v for their output", elapsed.Round(time.Second), total, c.CatchUp)
+	deadline := time.Now().Add(c.CatchUp)
+	for ch.outN.Load() < total && time.Now().Before(deadline) && ctx.Err() == nil {
+		select {
+		case err := <-readDone:
+			return nil, fmt.Errorf("reading the output: %w", err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	time.Sleep(2 * c.Interval) // a late duplicate would show by now
+	stopAll()
+	<-readDone
+
+	vctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	v, err := verify(vctx, ch.brokers, "count", ch.in, ch.out)
+	if err != nil {
+		return nil, fmt.Errorf("verify: %w", err)
+	}
+	r := &chaosReport{cfg: c, elapsed: elapsed, injected: ch.injected, verdict: v, produced: total, exits: int(ch.exits.Load()),
+		stall: time.Duration(ch.stall.Load())}
+	ch.mu.Lock()
+	for _, p := range ch.pending {
+		r.recovered = append(r.recovered, *p)
+	}
+	ch.mu.Unlock()
+	ch.stopWorkers()
+	r.declined, r.restarts = ch.countLogs()
+	if r.clean() && c.Dir == "" {
+		os.RemoveAll(dir)
+	}
+	return r, nil
+}
+
+// s3fault is the proxy's decision for one request under the current S3
+// fault: errors fail a third of requests (500s, resets before and after
+// the server did the work, bodies cut short); latency delays every
+// request and stalls one in a hundred until the client gives up.
+func (ch *chaos) s3fault(rng *rand.Rand) faultproxy.Fault {
+	switch ch.s3mode.Load().(string) {
+	case "errors":
+		switch x := rng.IntN(12); {
+		case x == 0:
+			return faultproxy.Error500
+		case x == 1:
+			return faultproxy.Reset
+		case x == 2:
+			return faultproxy.ResetAfter
+		case x == 3:
+			return faultproxy.Truncate
+		}
+	case "latency":
+		if rng.IntN(100) == 0 {
+			return faultproxy.Stall
+		}
+		return faultproxy.Delay
+	}
+	return faultproxy.Pass
+}
+
+// script runs the Kafka script with the runner's broker directory and
+// returns what it printed (the broker's address).
+func (ch *chaos) script(args ...string) (string, error) {
+	cmd := exec.Command(ch.c.KafkaScript, args...)
+	cmd.Env = append(os.Environ(), "WEIR_KAFKA_DIR="+ch.kafka)
+	f, err := os.OpenFile(filepath.Join(ch.dir, "kafka-script.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	cmd.Stderr = f
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("%s %s: %w (see %s)", ch.c.KafkaScript, strings.Join(args, " "), err, f.Name())
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+func (ch *chaos) createTopics(ctx context.Context) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(ch.brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).CreateTopics(ctx, int32(ch.c.Partitions), -1, nil, ch.in, ch.out)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return fmt.Errorf("create topics: %w", err)
+	}
+	return nil
+}
+
+// produce writes the input at the rate until ctx ends: key k<i%keys>,
+// value i, as `processor generate` writes it. The client retries through
+// broker restarts; acked counts what the broker acknowledged.
+func (ch *chaos) produce(ctx context.Context) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(ch.brokers...), kgo.DefaultProduceTopic(ch.in), kgo.ProducerLinger(5*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	var failed atomic.Value
+	start := time.Now()
+	var i int64
+	for ctx.Err() == nil {
+		due := int64(time.Since(start).Seconds() * float64(ch.c.Rate))
+		for ; i < due && ctx.Err() == nil; i++ {
+			r := &kgo.Record{Key: []byte("k" + strconv.FormatInt(i%int64(ch.c.Keys), 10)), Value: strconv.AppendInt(nil, i, 10)}
+			cl.Produce(ctx, r, func(_ *kgo.Record, err error) {
+				if err == nil {
+					ch.acked.Add(1)
+				} else if !errors.Is(err, context.Canceled) {
+					failed.CompareAndSwap(nil, err)
+				}
+			})
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	// What was handed to the client is written, or the run has no count
+	// to check against.
+	fctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := cl.Flush(fctx); err != nil {
+		return fmt.Errorf("flush: %w", err)
+	}
+	if err, _ := failed.Load().(error); err != nil {
+		return err
+	}
+	return nil
+}
+
+// read counts the output read_committed until ctx ends, and ends the
+// recoveries whose input it has caught up with.
+func (ch *chaos) read(ctx context.Context) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(ch.brokers...), kgo.ConsumeTopics(ch.out),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	last := time.Now()
+	for {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		// Fetch errors through a broker restart are the client's to retry.
+		got := int64(fs.NumRecords())
+		if got == 0 {
+			continue
+		}
+		n := ch.outN.Add(got)
+		now := time.Now()
+		if gap := int64(now.Sub(last)); gap > ch.stall.Load() {
+			ch.stall.Store(gap)
+		}
+		last = now
+		ch.mu.Lock()
+		for _, p := range ch.pending {
+			if !p.done && n >= p.target {
+				p.done, p.took = true, now.Sub(p.ended)
+			}
+		}
+		ch.mu.Unlock()
+	}
+}
+
+// inject applies fault f and returns when it is over (the worker
+// restarted or resumed, the broker back, S3 and the disk healthy again).
+func (ch *chaos) inject(ctx context.Context, f string, rng *rand.Rand) error {
+	w := ch.workers[rng.IntN(len(ch.workers))]
+	span := time.Duration(5000+rng.IntN(7000)) * time.Millisecond
+	ch.logf("inject %s (worker %d, %v)", f, w.i, span.Round(time.Millisecond))
+	switch f {
+	case "sigkill":
+		if err := w.stop(syscall.SIGKILL, time.Minute); err != nil {
+			return err
+		}
+		sleep(ctx, time.Duration(500+rng.IntN(2500))*time.Millisecond)
+		if err := w.start(); err != nil {
+			return err
+		}
+	case "sigterm":
+		// A drain: final checkpoint and commit, then the worker leaves
+		// the group; a supervisor starts it again.
+		if err := w.stop(syscall.SIGTERM, time.Minute); err != nil {
+			return err
+		}
+		sleep(ctx, time.Duration(500+rng.IntN(2000))*time.Millisecond)
+		if err := w.start(); err != nil {
+			return err
+		}
+	case "sigstop":
+		// Paused past its session timeout: the group gives its tasks to
+		// others, and when it wakes it is a zombie that must be fenced.
+		if err := w.signal(syscall.SIGSTOP); err != nil {
+			return err
+		}
+		sleep(ctx, ch.c.SessionTimeout+time.Duration(1000+rng.IntN(4000))*time.Millisecond)
+		if err := w.signal(syscall.SIGCONT); err != nil {
+			return err
+		}
+	case "broker-restart":
+		how := ""
+		if rng.IntN(2) == 0 {
+			how = "kill"
+		}
+		if _, err := ch.script("restart", how); err != nil {
+			return err
+		}
+	case "s3-errors", "s3-latency":
+		ch.s3mode.Store(strings.TrimPrefix(f, "s3-"))
+		sleep(ctx, span)
+		ch.s3mode.Store("")
+	case "disk-full", "disk-errors":
+		what := map[string]string{"disk-full": "enospc", "disk-errors": "eio"}[f]
+		if err := os.WriteFile(w.faults, []byte(what), 0o644); err != nil {
+			return err
+		}
+		sleep(ctx, span)
+		if err := os.WriteFile(w.faults, nil, 0o644); err != nil {
+			return err
+		}
+	}
+	ch.mu.Lock()
+	ch.injected[f]++
+	ch.pending = append(ch.pending, &recovery{fault: f, ended: time.Now(), target: ch.acked.Load()})
+	ch.mu.Unlock()
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}
+
+func (ch *chaos) stopWorkers() {
+	var wg sync.WaitGroup
+	for _, w := range ch.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_ = w.signal(syscall.SIGCONT)
+			if err := w.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+				ch.logf("worker %d: %v", w.i, err)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// countLogs counts, over the workers' logs, checkpoints that failed
+// (declined by a task or aborted by the coordinator) and tasks restarted
+// after a failure.
+func (ch *chaos) countLogs() (failed, restarts int) {
+	for _, w := range ch.workers {
+		b, err := os.ReadFile(w.logPath())
+		if err != nil {
+			continue
+		}
+		for line := range strings.Lines(string(b)) {
+			switch {
+			case strings.Contains(line, `msg="checkpoint declined"`), strings.Contains(line, `msg="checkpoint aborted"`):
+				failed++
+			case strings.Contains(line, `msg="task failed, restarting"`):
+				restarts++
+			}
+		}
+	}
+	return failed, restarts
+}
+
+// chaosWorker is one worker process slot: the runner starts, stops and
+// signals it; a process that exits on its own is started again after a
+// second, as a supervisor (systemd, Kubernetes, compose's restart policy)
+// would.
+type chaosWorker struct {
+	ch     *chaos
+	i      int
+	faults string // its WEIR_STATE_FAULTS control file
+
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	stopped bool // the runner stopped it: do not restart
+}
+
+func (w *chaosWorker) logPath() string {
+	return filepath.Join(w.ch.dir, fmt.Sprintf("worker-%d.log", w.i))
+}
+
+func (w *chaosWorker) start() error {
+	ch, c := w.ch, w.ch.c
+	f, err := os.OpenFile(w.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := os.WriteFile(w.faults, nil, 0o644); err != nil {
+		return err
+	}
+	cmd := exec.Command(ch.bin, "run", "--job", "count", "--name", fmt.Sprintf("chaos-%d", c.Seed),
+		"--brokers", strings.Join(ch.brokers, ","), "--input", ch.in, "--output", ch.out,
+		"--checkpoints", ch.s3uri, "--state-dir", filepath.Join(ch.dir, "state", fmt.Sprintf("w%d", w.i)),
+		"--interval", c.Interval.String(), "--session-timeout", c.SessionTimeout.String(),
+		"--heartbeat-interval", (c.SessionTimeout / 6).String(), "--http-addr", "off")
+	cmd.Env = append(os.Environ(), "WEIR_STATE_FAULTS="+w.faults,
+		"AWS_ACCESS_KEY_ID=weir", "AWS_SECRET_ACCESS_KEY=weir-chaos", "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true")
+	cmd.Stdout, cmd.Stderr = f, f
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	w.mu.Lock()
+	w.cmd, w.exited, w.stopped = cmd, exited, false
+	w.mu.Unlock()
+	go func() {
+		err := cmd.Wait()
+		close(exited)
+		w.mu.Lock()
+		restart := !w.stopped && w.cmd == cmd
+		w.mu.Unlock()
+		if !restart {
+			return
+		}
+		ch.exits.Add(1)
+		ch.logf("worker %d exited on its own (%v); starting it again", w.i, err)
+		time.Sleep(time.Second)
+		w.mu.Lock()
+		again := !w.stopped && w.cmd == cmd
+		w.mu.Unlock()
+		if again {
+			if err := w.start(); err != nil {
+				ch.logf("worker %d: start: %v", w.i, err)
+			}
+		}
+	}()
+	return nil
+}
+
+func (w *chaosWorker) signal(sig syscall.Signal) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cmd == nil || w.cmd.ProcessState != nil {
+		return nil
+	}
+	if err := w.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	return nil
+}
+
+// stop sends sig and waits for the process to exit, with SIGKILL after
+// grace.
+func (w *chaosWorker) stop(sig syscall.Signal, grace time.Duration) error {
+	w.mu.Lock()
+	w.stopped = true
+	cmd, exited := w.cmd, w.exited
+	w.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return err
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(grace):
+	}
+	_ = cmd.Process.Kill()
+	<-exited
+	return fmt.Errorf("worker %d ignored %v for %v; killed", w.i, sig, grace)
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weirstream/weir/internal/testcluster"
+	"github.com/weirstream/weir/worker"
+)
+
+// TestMain lets this test binary be the chaos runner's workers: the runner
+// starts its own executable with `run ...`, which no test binary is
+// otherwise given.
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == "run" {
+		worker.TuneGC()
+		ctx, drain, stop := worker.Signals()
+		code := runDrainable(ctx, drain, os.Args[1:], os.LookupEnv, os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
+
+// TestChaosSettings: bad settings fail naming the flag.
+func TestChaosSettings(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--workers", "0"}, "--workers"},
+		{[]string{"--faults", "sigkill,meteor"}, `unknown fault "meteor"`},
+		{[]string{"--session-timeout", "2s"}, "--session-timeout"},
+		{[]string{"--brokers", "127.0.0.1:9092", "--faults", "broker-restart"}, "broker-restart needs a broker the runner can restart"},
+		{[]string{"--duration", "0s"}, "--duration"},
+	} {
+		var stderr bytes.Buffer
+		_, err := parseChaos(tc.args, func(string) (string, bool) { return "", false }, &stderr)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	c, err := parseChaos([]string{"--brokers", "127.0.0.1:9092", "--faults", "sigkill,sigstop"}, func(string) (string, bool) { return "", false }, &bytes.Buffer{})
+	if err != nil || len(c.Faults) != 2 {
+		t.Errorf("valid settings: %+v, %v", c, err)
+	}
+}
+
+// TestChaosVerdict: the report is clean only for exactly-once output, all
+// input read back, and a recovery from every fault.
+func TestChaosVerdict(t *testing.T) {
+	clean := chaosReport{cfg: chaosConfig{Faults: chaosFaults}, produced: 10, verdict: Verdict{In: 10, Out: 10},
+		recovered: []recovery{{fault: "sigkill", took: time.Second, done: true}, {fault: "s3-errors", took: 3 * time.Second, done: true}}}
+	if !clean.clean() || clean.longest().fault != "s3-errors" {
+		t.Fatalf("clean report: clean %v, longest %+v", clean.clean(), clean.longest())
+	}
+	for name, edit := range map[string]func(*chaosReport){
+		"duplicate":     func(r *chaosReport) { r.verdict.Duplicates = 1 },
+		"missing":       func(r *chaosReport) { r.verdict.Missing = 1 },
+		"wrong sum":     func(r *chaosReport) { r.verdict.WrongTotals = 1 },
+		"input lost":    func(r *chaosReport) { r.verdict.In = 9 },
+		"not recovered": func(r *chaosReport) { r.recovered = append(r.recovered, recovery{fault: "sigstop"}) },
+	} {
+		r := clean
+		r.recovered = append([]recovery(nil), clean.recovered...)
+		edit(&r)
+		var out bytes.Buffer
+		r.write(&out)
+		if r.clean() || !strings.Contains(out.String(), "NOT CLEAN") {
+			t.Errorf("%s: clean %v\n%s", name, r.clean(), out.String())
+		}
+	}
+}
+
+// TestChaosRun runs the chaos runner briefly on Kafka (kfake unless
+// KAFKA_BROKERS names a broker; no broker restarts, which need the
+// runner's own broker: .ci/run runs those for three minutes): worker
+// processes killed, paused past their session, drained, S3 failing and
+// one worker's disk full, and the output still exactly once.
+func TestChaosRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: runs worker processes for half a minute")
+	}
+	c := testcluster.Kafka(t)
+	cfg, err := parseChaos([]string{"--brokers", strings.Join(c.Brokers, ","), "--duration", "25s", "--workers", "2",
+		"--partitions", "4", "--rate", "300", "--seed", "11", "--dir", t.TempDir(), "--catch-up", "90s",
+		"--faults", "sigkill,sigstop,sigterm,s3-errors,disk-full"}, func(string) (string, bool) { return "", false }, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	var log bytes.Buffer
+	r, err := runChaos(ctx, cfg, &log)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, log.String())
+	}
+	var out bytes.Buffer
+	r.write(&out)
+	t.Logf("\n%s", out.String())
+	injected := 0
+	for _, n := range r.injected {
+		injected += n
+	}
+	if !r.clean() || injected < 2 || r.verdict.In < 5000 {
+		t.Errorf("not clean, or too little happened (%d faults, %d records)\n%s", injected, r.verdict.In, log.String())
+	}
+}
