@@ -37,6 +37,9 @@ type Config struct {
 	Name string
 	// Brokers are the Kafka bootstrap addresses. Default 127.0.0.1:9092.
 	Brokers []string
+	// Security is how every Kafka client of the worker connects: TLS and
+	// SASL (--security-protocol, --tls-*, --sasl-*). Default PLAINTEXT.
+	Security Security
 	// Input and Output are the topics the job reads and writes. Required.
 	Input  string
 	Output string
@@ -201,6 +204,9 @@ func (c *Config) Validate() error {
 		bad("name", "%q, want letters, digits, '.', '_' or '-' (at most 200)", n)
 	}
 	errs = append(errs, cli.CheckBrokers(c.Brokers)...)
+	if err := c.Security.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Input == "" {
 		bad("input", "required: the topic to read")
 	}
@@ -391,6 +397,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Job, "job", c.Job, "job to run, by name (default: the binary's only job)")
 	fs.StringVar(&c.Name, "name", c.Name, "job instance name: transactional id prefix, checkpoint path, lag group `<name>-lag` (default: --job)")
 	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
+	c.Security.RegisterFlags(fs)
 	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
 	fs.StringVar(&c.Output, "output", c.Output, "output topic (required)")
 	fs.Var(cli.Ints{V: &c.Tasks}, "tasks", "static tasks (input partitions) to run, comma-separated, without the consumer group (default: the group assigns them)")

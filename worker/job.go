@@ -61,6 +61,7 @@ type Wiring struct {
 	cfg   *Config
 	stats *Stats
 	kgo   *kpromSet // kgo client metrics of the tasks' sources
+	kafka []kgo.Opt // every client's options: Config.Security
 	errs  []error
 	// internal are the job's internal topics (Repartition), created at
 	// start with the input's partition count.
@@ -82,10 +83,11 @@ func Source[T any](w *Wiring, decode source.Decoder[T]) runtime.SourceFactory[T]
 		return nil
 	}
 	sc := source.Config[T]{
-		Brokers:   c.Brokers,
-		Topics:    []string{c.Input},
-		Start:     start,
-		StartTime: startTime,
+		Brokers:    c.Brokers,
+		ClientOpts: w.kafka,
+		Topics:     []string{c.Input},
+		Start:      start,
+		StartTime:  startTime,
 		Decode: func(r *kgo.Record) (T, error) {
 			v, err := decode(r)
 			if err == nil {
@@ -123,8 +125,9 @@ func Source[T any](w *Wiring, decode source.Decoder[T]) runtime.SourceFactory[T]
 func Sink[T any](w *Wiring, encode sink.Encoder[T]) runtime.SinkFactory[T] {
 	c := w.cfg
 	sc := sink.Config[T]{
-		Brokers: c.Brokers,
-		Topic:   c.Output,
+		Brokers:    c.Brokers,
+		ClientOpts: w.kafka,
+		Topic:      c.Output,
 		Encode: func(v T) (*kgo.Record, error) {
 			r, err := encode(v)
 			if err == nil {
@@ -181,14 +184,14 @@ func (c countingWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
 }
 
 // buildPlan builds the plan of the job c names among jobs, and lists the
-// internal topics it needs.
-func buildPlan(c *Config, jobs []Job, st *Stats, k *kpromSet) (*runtime.Plan, []string, error) {
+// internal topics it needs. Its Kafka clients start with kafka's options.
+func buildPlan(c *Config, jobs []Job, st *Stats, k *kpromSet, kafka []kgo.Opt) (*runtime.Plan, []string, error) {
 	j, err := pickJob(c, jobs)
 	if err != nil {
 		return nil, nil, err
 	}
 	job := stream.NewJob(c.name())
-	w := &Wiring{cfg: c, stats: st, kgo: k}
+	w := &Wiring{cfg: c, stats: st, kgo: k, kafka: kafka}
 	if err := j.build(w, job); err != nil {
 		w.errs = append(w.errs, err)
 	}

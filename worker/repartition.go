@@ -47,8 +47,9 @@ func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op st
 	w.internal = append(w.internal, topic)
 
 	sc := sink.Config[runtime.Timed[T]]{
-		Brokers: c.Brokers,
-		Topic:   topic,
+		Brokers:    c.Brokers,
+		ClientOpts: w.kafka,
+		Topic:      topic,
 		Encode: func(v runtime.Timed[T]) (*kgo.Record, error) {
 			b, err := state.Encode(codec, nil, v.Value)
 			if err != nil {
@@ -73,6 +74,7 @@ func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op st
 
 	rc := source.Config[T]{
 		Brokers:       c.Brokers,
+		ClientOpts:    w.kafka,
 		Topics:        []string{topic},
 		Start:         source.StartEarliest,
 		Decode:        func(r *kgo.Record) (T, error) { return codec.Decode(r.Value) },
@@ -99,12 +101,12 @@ func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op st
 }
 
 // createInternalTopics makes sure each internal topic exists with parts
-// partitions.
-func createInternalTopics(ctx context.Context, brokers []string, topics []string, parts int) error {
+// partitions; its clients add opts to brokers.
+func createInternalTopics(ctx context.Context, brokers []string, topics []string, parts int, opts []kgo.Opt) error {
 	if len(topics) == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
 	if err != nil {
 		return err
 	}
@@ -126,7 +128,7 @@ func createInternalTopics(ctx context.Context, brokers []string, topics []string
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	n, err := source.PartitionCountWait(ctx, brokers, topics, 30*time.Second)
+	n, err := source.PartitionCountWait(ctx, brokers, topics, 30*time.Second, opts...)
 	if err != nil {
 		return fmt.Errorf("internal topics %v: %w", topics, err)
 	}

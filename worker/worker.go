@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -100,6 +101,9 @@ type worker struct {
 	started time.Time
 	// kgoMetrics are the kgo client metrics of the group and the sources.
 	kgoMetrics *kpromSet
+	// kafka are the options every Kafka client of the worker starts with
+	// (Config.Security): one place, so that no client connects otherwise.
+	kafka []kgo.Opt
 
 	// startMu orders task starts with the deletion of local state.
 	startMu sync.Mutex
@@ -122,11 +126,22 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		return cli.UsageError{Err: err}
 	}
 
+	kafka, err := c.Security.ClientOpts()
+	if err != nil {
+		return cli.UsageError{Err: err}
+	}
+	w.kafka = kafka
+
 	// A topic created just before the worker starts may not be in the
-	// brokers' metadata yet.
-	parts, err := source.PartitionCountWait(ctx, c.Brokers, []string{c.Input}, 10*time.Second)
+	// brokers' metadata yet. This is the worker's first request to Kafka,
+	// so a setting that keeps it from connecting shows here.
+	parts, err := source.PartitionCountWait(ctx, c.Brokers, []string{c.Input}, 10*time.Second, w.kafka...)
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
 		return cli.UsageError{Err: fmt.Errorf("--input: %w", err)}
+	}
+	var bad cli.UsageError
+	if errors.As(c.Security.ExplainKafkaErr(err), &bad) {
+		return cli.UsageError{Err: fmt.Errorf("connect to --brokers %s: %w", strings.Join(c.Brokers, ","), bad.Err)}
 	}
 	if err != nil {
 		return fmt.Errorf("--input %s: %w", c.Input, err)
@@ -147,10 +162,10 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	reg := prometheus.NewRegistry()
 	w.kgoMetrics = newKpromSet()
 	var internal []string
-	if w.plan, internal, err = buildPlan(c, jobs, w.stats, w.kgoMetrics); err != nil {
+	if w.plan, internal, err = buildPlan(c, jobs, w.stats, w.kgoMetrics, w.kafka); err != nil {
 		return cli.UsageError{Err: err}
 	}
-	if err := createInternalTopics(ctx, c.Brokers, internal, parts); err != nil {
+	if err := createInternalTopics(ctx, c.Brokers, internal, parts, w.kafka); err != nil {
 		return err
 	}
 	stateDir, unlock, err := lockStateDir(c.stateDir())
@@ -166,7 +181,7 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	committer, err := source.NewCommitter(c.Brokers, lagGroup(c))
+	committer, err := source.NewCommitter(c.Brokers, lagGroup(c), w.kafka...)
 	if err != nil {
 		return err
 	}
@@ -224,8 +239,8 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	if c.delivery() != sink.ExactlyOnce {
 		rc.Mode = runtime.AtLeastOnce
 	} else {
-		rc.CheckCommittables = committables(c.Brokers, sink.Check)
-		rc.AbortCommittables = committables(c.Brokers, sink.Abort)
+		rc.CheckCommittables = committables(c.Brokers, w.kafka, sink.Check)
+		rc.AbortCommittables = committables(c.Brokers, w.kafka, sink.Abort)
 	}
 	w.runner, err = runtime.NewRunner(runCtx, w.plan, rc, w.taskEnded)
 	if err != nil {
@@ -242,7 +257,7 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	}
 	log.Info("starting", "job", c.Job, "name", c.name(), "input", c.Input, "output", c.Output,
 		"assignment", mode, "tasks", c.Tasks, "partitions", parts, "checkpoints", c.Checkpoints, "state_backend", c.StateBackend,
-		"delivery", c.delivery())
+		"delivery", c.delivery(), "kafka_security", c.Security.Describe())
 
 	if len(c.Tasks) > 0 {
 		err = w.runStatic(runCtx)
@@ -397,14 +412,14 @@ func stateBackend(c *Config, log *slog.Logger) state.Factory {
 
 // committables adapts a sink function that asks (sink.Check) or acts on
 // (sink.Abort) the transaction coordinator's record of pre-committed
-// transactions to the runtime's restore hooks. A client per call: restores
-// are rare.
-func committables(brokers []string, f func(context.Context, *kgo.Client, []checkpoint.Committable) ([]sink.Status, error)) func(context.Context, []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
+// transactions to the runtime's restore hooks. A client per call (brokers,
+// then opts): restores are rare.
+func committables(brokers []string, opts []kgo.Opt, f func(context.Context, *kgo.Client, []checkpoint.Committable) ([]sink.Status, error)) func(context.Context, []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
 	return func(ctx context.Context, cs []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
 		if len(cs) == 0 {
 			return nil, nil
 		}
-		cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
 		if err != nil {
 			return nil, fmt.Errorf("kafka client: %w", err)
 		}

@@ -17,12 +17,15 @@ import (
 	"github.com/weirstream/weir/examples/balance"
 	"github.com/weirstream/weir/examples/nexmark"
 	"github.com/weirstream/weir/internal/cli"
+	"github.com/weirstream/weir/worker"
 )
 
 // generateConfig is the configuration of `processor generate`.
 type generateConfig struct {
 	Brokers []string
-	Topic   string
+	// Security is how generate connects, as the worker does (TLS, SASL).
+	Security worker.Security
+	Topic    string
 	// Job is the record format: count (key "k<i%keys>", value "<i>") or
 	// balance (key "acc-<i%keys>", value a JSON transfer with id "t-<i>"
 	// and amount transferAmount(i)).
@@ -46,6 +49,9 @@ func defaultGenerateConfig() generateConfig {
 
 func (c *generateConfig) Validate() error {
 	errs := cli.CheckBrokers(c.Brokers)
+	if err := c.Security.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	bad := func(flag, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, args...)))
 	}
@@ -83,7 +89,7 @@ func generateCommand(ctx context.Context, args []string, lookup func(string) (st
 	}
 	n, err := generate(ctx, c, nil)
 	if err != nil {
-		return err
+		return c.Security.ExplainKafkaErr(err)
 	}
 	if n == 0 {
 		fmt.Fprintf(stdout, "topic %s ready, no records written\n", c.Topic)
@@ -99,6 +105,7 @@ func parseGenerate(args []string, lookup func(string) (string, bool), stderr io.
 	c := defaultGenerateConfig()
 	fs := cli.NewFlagSet("processor generate", "Write numbered test records to --topic: count records (key k<i%keys>, value <i>)\nor balance transfers (key acc-<i%keys>, value {\"id\":\"t-<i>\",\"account\":...,\"amount\":...}).", stderr)
 	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
+	c.Security.RegisterFlags(fs)
 	fs.StringVar(&c.Topic, "topic", c.Topic, "topic to write (required)")
 	fs.StringVar(&c.Job, "job", c.Job, "record format: count, balance, wordcount (lines of 5 words, --keys distinct) or nexmark (Nexmark events at 10,000/s of event time from the start; the nexmark-q* jobs read them)")
 	fs.Int64Var(&c.Records, "records", c.Records, "number of records")
@@ -120,13 +127,17 @@ func parseGenerate(args []string, lookup func(string) (string, bool), stderr io.
 // generate writes the records and returns how many it wrote. progress, if
 // set, is advanced after each acknowledged batch.
 func generate(ctx context.Context, c generateConfig, progress *atomic.Int64) (int64, error) {
-	cl, err := kgo.NewClient(
+	security, err := c.Security.ClientOpts()
+	if err != nil {
+		return 0, cli.UsageError{Err: err}
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{
 		kgo.SeedBrokers(c.Brokers...),
 		kgo.DefaultProduceTopic(c.Topic),
-		kgo.ProducerLinger(5*time.Millisecond),
+		kgo.ProducerLinger(5 * time.Millisecond),
 		// Idempotent (the default): a retried batch is written once.
 		kgo.RequiredAcks(kgo.AllISRAcks()),
-	)
+	}, security...)...)
 	if err != nil {
 		return 0, err
 	}

@@ -16,15 +16,18 @@ import (
 	"github.com/weirstream/weir/examples/count"
 	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/internal/cli"
+	"github.com/weirstream/weir/worker"
 )
 
 // verifyConfig is the configuration of `processor verify`.
 type verifyConfig struct {
 	Brokers []string
-	Job     string
-	Input   string
-	Output  string
-	Timeout time.Duration
+	// Security is how verify connects, as the worker does (TLS, SASL).
+	Security worker.Security
+	Job      string
+	Input    string
+	Output   string
+	Timeout  time.Duration
 	// Wait re-reads until the verdict is clean or Wait has passed: for
 	// output still held back by open transactions of running workers.
 	Wait time.Duration
@@ -32,6 +35,9 @@ type verifyConfig struct {
 
 func (c *verifyConfig) Validate() error {
 	errs := cli.CheckBrokers(c.Brokers)
+	if err := c.Security.Validate(); err != nil {
+		errs = append(errs, err)
+	}
 	if c.Job != "count" && c.Job != "balance" && c.Job != "wordcount" {
 		errs = append(errs, fmt.Errorf("--job: %q, want count, balance or wordcount", c.Job))
 	}
@@ -96,14 +102,18 @@ func verifyCommand(ctx context.Context, args []string, lookup func(string) (stri
 	if err != nil {
 		return err
 	}
+	opts, err := c.Security.ClientOpts()
+	if err != nil {
+		return cli.UsageError{Err: err}
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout+c.Wait)
 	defer cancel()
 	deadline := time.Now().Add(c.Wait)
 	var v Verdict
 	for {
 		var err error
-		if v, err = verify(ctx, c.Brokers, c.Job, c.Input, c.Output); err != nil {
-			return err
+		if v, err = verify(ctx, c.Brokers, c.Job, c.Input, c.Output, opts...); err != nil {
+			return c.Security.ExplainKafkaErr(err)
 		}
 		if v.Clean() || time.Now().After(deadline) {
 			break
@@ -131,6 +141,7 @@ func parseVerify(args []string, lookup func(string) (string, bool), stderr io.Wr
 	c := verifyConfig{Brokers: []string{"127.0.0.1:9092"}, Job: "count", Timeout: 2 * time.Minute}
 	fs := cli.NewFlagSet("processor verify", "Read --input and --output read_committed up to their last stable offsets and check that\nthe output has the effect of every input record exactly once. Exits 1 if not.", stderr)
 	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
+	c.Security.RegisterFlags(fs)
 	fs.StringVar(&c.Job, "job", c.Job, "the job that wrote the output: count, balance or wordcount")
 	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
 	fs.StringVar(&c.Output, "output", c.Output, "output topic (required)")
@@ -145,13 +156,14 @@ func parseVerify(args []string, lookup func(string) (string, bool), stderr io.Wr
 	return c, nil
 }
 
-// verify reads input and output and checks the output of job.
-func verify(ctx context.Context, brokers []string, job, input, output string) (Verdict, error) {
-	in, _, err := readCommitted(ctx, brokers, input)
+// verify reads input and output and checks the output of job; its
+// clients add opts (worker.Security's) to brokers.
+func verify(ctx context.Context, brokers []string, job, input, output string, opts ...kgo.Opt) (Verdict, error) {
+	in, _, err := readCommitted(ctx, brokers, input, opts...)
 	if err != nil {
 		return Verdict{}, err
 	}
-	out, notes, err := readCommitted(ctx, brokers, output)
+	out, notes, err := readCommitted(ctx, brokers, output, opts...)
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -320,9 +332,10 @@ func checkBalance(in, out []*kgo.Record) Verdict {
 // records (transaction markers) are kept while reading, so that reaching the
 // last stable offset is seen even when a marker is the last record before
 // it; they are not returned. Notes say when open transactions hold records
-// back (last stable offset below the high watermark).
-func readCommitted(ctx context.Context, brokers []string, topic string) ([]*kgo.Record, []string, error) {
-	acl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+// back (last stable offset below the high watermark). Its clients add opts
+// to brokers.
+func readCommitted(ctx context.Context, brokers []string, topic string, opts ...kgo.Opt) ([]*kgo.Record, []string, error) {
+	acl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -376,12 +389,12 @@ func readCommitted(ctx context.Context, brokers []string, topic string) ([]*kgo.
 	}
 	byPart := map[int32][]*kgo.Record{}
 	if len(from) > 0 {
-		cl, err := kgo.NewClient(
+		cl, err := kgo.NewClient(append([]kgo.Opt{
 			kgo.SeedBrokers(brokers...),
 			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: from}),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 			kgo.KeepControlRecords(),
-		)
+		}, opts...)...)
 		if err != nil {
 			return nil, nil, err
 		}

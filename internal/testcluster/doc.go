@@ -19,6 +19,10 @@
 //     on 127.0.0.1 for S3. Always available, so `go test ./...` passes on a
 //     machine with nothing installed.
 //
+// A test of TLS and SASL calls [SecureKafka] instead: it always starts a
+// real broker of the test's own (scripts/kafka, with a SASL_SSL listener,
+// certificates and users made for the test), and skips without java.
+//
 // The fakes are lenient where a real broker is strict (transaction edge cases,
 // error codes under transaction protocol v2), so a test that depends on exact
 // broker behaviour should be run against KAFKA_BROKERS too; CI does.
