@@ -37,6 +37,7 @@ var (
 		"WEIR_S3_ENDPOINT":    "internal/testcluster/s3.go",
 		"WEIR_TESTCONTAINERS": "internal/testcluster/containers.go",
 		"WEIR_SOME_FLAG":      "internal/cli/cli.go", // the pattern, in -h output
+		"WEIR_STATE_FAULTS":   "worker/worker.go",    // a testing hook, not a setting
 	}
 )
 

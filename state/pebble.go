@@ -37,6 +37,9 @@ type PebbleOptions struct {
 	// Logger receives Pebble's own messages: info at debug level, errors at
 	// error level. nil discards them (Pebble's default logger is chatty).
 	Logger *slog.Logger
+	// Faults, if set, injects disk errors into the stores (a testing
+	// hook: see DiskFaults).
+	Faults *DiskFaults
 }
 
 // PebbleCut is how Snapshot captures the writes that are still in memtables,
@@ -170,6 +173,7 @@ type Pebble struct {
 	cache *pebble.Cache // nil: the Factory owns it
 
 	db       *pebble.DB // nil once closed
+	health   *dbHealth  // what Pebble reported of db's errors
 	dbDir    string
 	lock     *pebble.Lock // on dbDir, from before its files are laid out until after db closes
 	instance string
@@ -244,29 +248,40 @@ func openPebble(dir string, opts PebbleOptions, cache *pebble.Cache) (*Pebble, e
 	if err != nil {
 		return nil, fmt.Errorf("state: pebble: open: %w", err)
 	}
-	db, err := p.openDB(dbDir, lock, false)
+	db, health, err := p.openDB(dbDir, lock, false)
 	if err != nil {
 		os.RemoveAll(dbDir)
 		lock.Close()
 		return nil, fmt.Errorf("state: pebble: open %s: %w", dbDir, err)
 	}
-	p.db, p.dbDir, p.lock, p.instance, p.shared = db, dbDir, lock, inst, newSharedSet(nil)
+	p.db, p.health, p.dbDir, p.lock, p.instance, p.shared = db, health, dbDir, lock, inst, newSharedSet(nil)
 	p.nextID = 1
 	return p, nil
 }
 
 // openDB opens the DB in dbDir under lock; mustExist refuses to create one
-// (a restore's files must be there).
-func (p *Pebble) openDB(dbDir string, lock *pebble.Lock, mustExist bool) (*pebble.DB, error) {
-	o := p.pebbleOptions()
+// (a restore's files must be there). The health hears Pebble's errors.
+func (p *Pebble) openDB(dbDir string, lock *pebble.Lock, mustExist bool) (*pebble.DB, *dbHealth, error) {
+	h := newDBHealth(p.opts.Logger)
+	o := p.pebbleOptions(h)
 	o.Lock = lock
 	o.ErrorIfNotExists = mustExist
-	return pebble.Open(dbDir, o)
+	db, err := pebble.Open(dbDir, o)
+	if err == nil {
+		err = h.err() // a fatal error while opening
+		if err != nil {
+			db.Close()
+		}
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return db, h, nil
 }
 
-func (p *Pebble) pebbleOptions() *pebble.Options {
+func (p *Pebble) pebbleOptions(h *dbHealth) *pebble.Options {
 	return &pebble.Options{
-		FS:           noSyncFS{vfs.Default},
+		FS:           failSlowly{p.opts.Faults.wrap(noSyncFS{vfs.Default}), h},
 		Cache:        p.cache,
 		MemTableSize: uint64(p.opts.MemTableSize),
 		// The checkpoint is the durability; a WAL, unsynced, only lets the
@@ -274,7 +289,8 @@ func (p *Pebble) pebbleOptions() *pebble.Options {
 		DisableWAL:         p.opts.Cut != PebbleCutWAL,
 		FormatMajorVersion: pebble.FormatNewest,
 		Merger:             listMerger,
-		Logger:             pebbleLogger{p.opts.Logger},
+		Logger:             pebbleLogger{l: p.opts.Logger, h: h},
+		EventListener:      h.listener(),
 		// Each checkpoint uploads the whole MANIFEST: rotate it early (Pebble
 		// still waits until the edits outnumber the live files).
 		MaxManifestFileSize: 1 << 20,
@@ -287,7 +303,7 @@ func (p *Pebble) pebbleOptions() *pebble.Options {
 		// A write window's batch over half a memtable is applied as a
 		// memtable of its own; with only two allowed, that apply waits
 		// for the flush a cut started.
-		MemTableStopWritesThreshold: 4,
+		MemTableStopWritesThreshold: memTableStopWrites,
 		// Larger files than Pebble's default (2 MB in L0, doubling per
 		// level from Lbase): a cut links every file, so at 4 GB the
 		// default's 1,700 files made the cut, and the write window with
@@ -511,6 +527,11 @@ func (p *Pebble) rw() (pebbleRW, error) {
 	if p.db == nil {
 		return nil, ErrClosed
 	}
+	if p.health.troubled.Load() {
+		if err := p.checkRoom(0); err != nil {
+			return nil, err
+		}
+	}
 	w := p.window
 	if w == nil {
 		return p.db, nil
@@ -531,12 +552,25 @@ func (p *Pebble) closeWindow() error {
 	<-w.snap.done
 	p.window = nil
 	p.windowCut.Store(false)
-	start := time.Now()
-	err := p.db.Apply(w.batch, pebble.NoSync)
-	p.lastApply = time.Since(start)
+	var err error
+	if p.health.troubled.Load() {
+		err = p.checkRoom(int64(w.batch.Len()))
+	}
+	if err == nil {
+		start := time.Now()
+		err = p.db.Apply(w.batch, pebble.NoSync)
+		p.lastApply = time.Since(start)
+	}
 	w.batch.Close()
 	if err != nil {
-		return fmt.Errorf("state: pebble: apply the writes made during snapshot %d: %w", w.snap.id, err)
+		// The window's writes are gone: no later snapshot may go without
+		// them.
+		err = fmt.Errorf("state: pebble: apply the writes made during snapshot %d: %w", w.snap.id, err)
+		if !errors.Is(err, ErrBroken) {
+			err = fmt.Errorf("%w: %w", ErrBroken, err)
+		}
+		p.health.breakWith(err)
+		return err
 	}
 	return nil
 }
@@ -574,24 +608,4 @@ func (p *Pebble) Close() error {
 		return fmt.Errorf("state: pebble: close: %w", err)
 	}
 	return nil
-}
-
-// ---- logging ----
-
-type pebbleLogger struct{ l *slog.Logger }
-
-func (l pebbleLogger) Infof(format string, args ...any) {
-	l.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
-}
-
-func (l pebbleLogger) Errorf(format string, args ...any) {
-	l.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
-}
-
-// Fatalf must not return; a panic, unlike Pebble's os.Exit, lets the task
-// fail and restart from its checkpoint.
-func (l pebbleLogger) Fatalf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	l.l.Error(msg, "component", "pebble")
-	panic("pebble: " + msg)
 }

@@ -1,6 +1,8 @@
 package state
 
 import (
+	"time"
+
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -51,3 +53,28 @@ type noSyncFile struct{ vfs.File }
 func (noSyncFile) Sync() error                { return nil }
 func (noSyncFile) SyncData() error            { return nil }
 func (noSyncFile) SyncTo(int64) (bool, error) { return true, nil }
+
+// failSlowly is fs whose failed creates are reported to h at once, and
+// return after a pause. Pebble retries a failed flush at once, in a loop,
+// until one succeeds (v2.1.7 has a TODO to back off): a disk that refuses
+// new files, full or failing, would have it spin a core. The pause holds
+// the loop to about a hundred tries a second, and the snapshots that wait
+// for a try to that pause.
+type failSlowly struct {
+	vfs.FS
+	h *dbHealth
+}
+
+// createFailPause is failSlowly's pause.
+const createFailPause = 10 * time.Millisecond
+
+func (fs failSlowly) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	if err != nil {
+		fs.h.createFailed(err)
+		time.Sleep(createFailPause)
+	}
+	return f, err
+}
+
+func (fs failSlowly) Unwrap() vfs.FS { return fs.FS }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/weirstream/weir/checkpoint"
 )
@@ -193,14 +194,18 @@ func objectInstance(f checkpoint.FileRef) (string, bool) {
 // writeRestoredList writes the restored list of a DB directory a restore of
 // handle lays out. It goes first, so that even a restore cut short by a
 // crash leaves its files findable.
-func writeRestoredList(dbDir string, handle checkpoint.StateHandle) error {
+func (p *Pebble) writeRestoredList(dbDir string, handle checkpoint.StateHandle) error {
 	var b strings.Builder
 	for _, f := range handle.Files {
 		if inst, ok := objectInstance(f); ok && f.Shared {
 			b.WriteString(inst + "/" + f.Local + "\n")
 		}
 	}
-	return os.WriteFile(filepath.Join(dbDir, restoredList), []byte(b.String()), 0o644)
+	path := filepath.Join(dbDir, restoredList)
+	if err := p.opts.Faults.check(errorfs.OpCreate, path); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // readRestoredList returns the objects the restored list of dbDir names, if
@@ -231,7 +236,11 @@ func (p *Pebble) reuse(ctx context.Context, lc *localCopies, newDir *checkpoint.
 		if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size {
 			continue // compacted away since, or cut short
 		}
-		if err := os.Link(src, path); err != nil {
+		err = p.opts.Faults.check(errorfs.OpLink, src)
+		if err == nil {
+			err = os.Link(src, path)
+		}
+		if err != nil {
 			p.opts.Logger.Debug("pebble restore: cannot link a local copy", "file", src, "err", err)
 			continue
 		}

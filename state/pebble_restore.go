@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -97,7 +98,7 @@ func (p *Pebble) restore(ctx context.Context, st checkpoint.Storage, handle chec
 	if err != nil {
 		return fmt.Errorf("state: pebble: restore: %w", err)
 	}
-	db, cat, err := p.restoreInto(ctx, st, handle, dbDir, lock, c)
+	db, health, cat, err := p.restoreInto(ctx, st, handle, dbDir, lock, c)
 	if err != nil {
 		os.RemoveAll(dbDir)
 		lock.Close()
@@ -105,7 +106,7 @@ func (p *Pebble) restore(ctx context.Context, st checkpoint.Storage, handle chec
 	}
 
 	old, oldDir, oldLock := p.db, p.dbDir, p.lock
-	p.db, p.dbDir, p.lock, p.instance, p.shared = db, dbDir, lock, inst, newSharedSet(have)
+	p.db, p.health, p.dbDir, p.lock, p.instance, p.shared = db, health, dbDir, lock, inst, newSharedSet(have)
 	p.flushing = nil
 	p.catalog = cat
 	p.nextID = 1
@@ -147,14 +148,14 @@ func (p *Pebble) restore(ctx context.Context, st checkpoint.Storage, handle chec
 // restoreInto lays out handle's files in dir (locked by lock), reusing local
 // copies where it can and downloading the rest, opens the DB there and
 // checks its catalog against the declared tables.
-func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle checkpoint.StateHandle, dir string, lock *pebble.Lock, c *restoreCounters) (*pebble.DB, map[string]catalogEntry, error) {
-	if err := writeRestoredList(dir, handle); err != nil {
-		return nil, nil, err
+func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle checkpoint.StateHandle, dir string, lock *pebble.Lock, c *restoreCounters) (*pebble.DB, *dbHealth, map[string]catalogEntry, error) {
+	if err := p.writeRestoredList(dir, handle); err != nil {
+		return nil, nil, nil, err
 	}
 	local := p.findLocalCopies()
 	newDir, err := checkpoint.NewFile(dir) // to verify local copies as downloads are
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(p.opts.UploadParallelism)
@@ -166,7 +167,7 @@ func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle 
 				c.reusedBytes.Add(f.Size)
 				return nil
 			}
-			if err := download(gctx, st, f, path); err != nil {
+			if err := download(gctx, st, f, path, p.opts.Faults); err != nil {
 				return fmt.Errorf("file %s (%s): %w", f.Name, f.Local, err)
 			}
 			c.downloadedBytes.Add(f.Size)
@@ -174,11 +175,11 @@ func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle 
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	db, err := p.openDB(dir, lock, true)
+	db, health, err := p.openDB(dir, lock, true)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open the restored DB: %w", err)
+		return nil, nil, nil, fmt.Errorf("open the restored DB: %w", err)
 	}
 	cat, err := readCatalog(db)
 	if err == nil {
@@ -193,24 +194,31 @@ func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle 
 	}
 	if err != nil {
 		db.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return db, cat, nil
+	return db, health, cat, nil
 }
 
 // download copies f into path, verifying its size and checksum: the file is
-// complete and intact once it returns nil.
-func download(ctx context.Context, st checkpoint.Storage, f checkpoint.FileRef, path string) error {
+// complete and intact once it returns nil. faults may fail its writes.
+func download(ctx context.Context, st checkpoint.Storage, f checkpoint.FileRef, path string, faults *DiskFaults) error {
 	rc, err := checkpoint.GetVerified(ctx, st, f)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
+	if err := faults.check(errorfs.OpCreate, path); err != nil {
+		return err
+	}
 	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(out, rc)
+	var w io.Writer = out
+	if faults != nil {
+		w = faultyWriter{out, faults, path}
+	}
+	_, err = io.Copy(w, rc)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}

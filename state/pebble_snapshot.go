@@ -30,6 +30,9 @@ func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 	if p.db == nil {
 		return nil, ErrClosed
 	}
+	if err := p.health.err(); err != nil {
+		return nil, fmt.Errorf("state: pebble: snapshot %d: %w", id, err)
+	}
 	start := time.Now()
 	// The value caches' writes go first: the snapshot reflects them.
 	if err := p.flushValues(); err != nil {
@@ -56,7 +59,8 @@ func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("state: pebble: snapshot %d: %w", id, err)
 	}
-	s := &PebbleSnapshot{id: id, dir: dir, shared: p.shared, instance: p.instance, parallel: p.opts.UploadParallelism, done: make(chan struct{})}
+	s := &PebbleSnapshot{id: id, dir: dir, shared: p.shared, instance: p.instance, parallel: p.opts.UploadParallelism,
+		faults: p.opts.Faults, done: make(chan struct{})}
 	p.window = &writeWindow{batch: p.db.NewIndexedBatch(), snap: s}
 	hook := p.cutHook
 	go func() {
@@ -79,11 +83,14 @@ func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 func (p *Pebble) cut(s *PebbleSnapshot) error {
 	fail := func(err error) error {
 		os.RemoveAll(s.dir)
+		if broken := p.health.err(); broken != nil {
+			err = broken // the error that made this one, and the store's end
+		}
 		return fmt.Errorf("state: pebble: snapshot %d: %w", s.id, err)
 	}
 	if p.opts.Cut == PebbleCutFlush {
 		start := time.Now()
-		if err := p.db.Flush(); err != nil {
+		if err := p.flush(); err != nil {
 			return fail(fmt.Errorf("flush: %w", err))
 		}
 		s.flush = time.Since(start)
@@ -93,6 +100,12 @@ func (p *Pebble) cut(s *PebbleSnapshot) error {
 	// the last writes. Without a WAL it does nothing.
 	if err := p.db.Checkpoint(s.dir, pebble.WithFlushedWAL()); err != nil {
 		return fail(fmt.Errorf("checkpoint: %w", err))
+	}
+	// A fatal error before the checkpoint copied the MANIFEST may have left
+	// a torn edit in it (Pebble writes the MANIFEST under the lock its
+	// checkpoint takes to copy it): this checkpoint is not to be trusted.
+	if err := p.health.err(); err != nil {
+		return fail(err)
 	}
 	ents, err := os.ReadDir(s.dir)
 	if err != nil {
@@ -128,6 +141,55 @@ func (p *Pebble) cut(s *PebbleSnapshot) error {
 	return nil
 }
 
+// flush flushes the memtables, as DB.Flush does, but returns the error of a
+// flush that fails: DB.Flush would wait until one succeeds, as Pebble
+// retries a failed flush until it does (a full disk would hold the cut,
+// and the write window with it, until the disk has room again).
+//
+// While an earlier flush fails, it waits for Pebble's next tries rather
+// than queue one more memtable behind the one Pebble cannot flush: Pebble
+// stalls writes once the queue holds a few memtables' worth (each counted
+// at its full size, however little it holds). The first try to end may
+// have begun before the disk recovered; the second began after this call.
+func (p *Pebble) flush() error {
+	end, ferr := p.health.flushState()
+	if ferr != nil {
+		t := time.NewTimer(retryWait)
+		for tries := 0; ferr != nil && tries < 2; tries++ {
+			select {
+			case <-end:
+			case <-t.C:
+				tries = 2
+			}
+			end, ferr = p.health.flushState()
+		}
+		t.Stop()
+		if ferr != nil {
+			return fmt.Errorf("an earlier flush failed (Pebble retries it): %w", ferr)
+		}
+	}
+	flushed, err := p.db.AsyncFlush()
+	if err != nil {
+		return err
+	}
+	for {
+		select {
+		case <-flushed:
+			return nil
+		case <-end:
+			// A flush ended: if it failed, it was of this memtable or an
+			// older one (flushes go in order).
+			if end, ferr = p.health.flushState(); ferr != nil {
+				return ferr
+			}
+		}
+	}
+}
+
+// retryWait bounds how long a cut waits for Pebble's next try of a failed
+// flush, which comes within failSlowly's pause.
+const retryWait = time.Second
+
 // flushRunning tells whether the background flush cut started last is still
 // running. Only the window's goroutine calls it.
 func (p *Pebble) flushRunning() bool {
@@ -158,6 +220,7 @@ type PebbleSnapshot struct {
 	shared   *sharedSet
 	parallel int
 	pause    time.Duration
+	faults   *DiskFaults
 
 	// Set by the cut before done closes.
 	done  chan struct{}
@@ -228,12 +291,13 @@ func (s *PebbleSnapshot) Upload(ctx context.Context, st checkpoint.Storage, dir,
 	for i, name := range s.files {
 		g.Go(func() error {
 			put := func(obj string) (checkpoint.FileRef, error) {
-				f, err := os.Open(filepath.Join(s.dir, name))
+				path := filepath.Join(s.dir, name)
+				f, err := os.Open(path)
 				if err != nil {
 					return checkpoint.FileRef{}, err
 				}
 				defer f.Close()
-				return checkpoint.PutFile(gctx, st, obj, f)
+				return checkpoint.PutFile(gctx, st, obj, s.faults.reader(f, path))
 			}
 			var err error
 			if isShared(name) {

@@ -397,17 +397,31 @@ func (w *worker) fatalErr() error {
 	return w.fatal
 }
 
+// StateFaultsEnv names the control file of disk fault injection into the
+// worker's Pebble stores, a testing hook (chaos runs): see state.DiskFaults.
+// It is not a setting, so no flag, and it is read once at start.
+const StateFaultsEnv = "WEIR_STATE_FAULTS"
+
 // stateBackend opens the keyed state c asks for. The Pebble stores of one
 // worker share one block cache.
 func stateBackend(c *Config, log *slog.Logger) state.Factory {
+	faults := os.Getenv(StateFaultsEnv)
 	if c.StateBackend == stateBackendMemory {
+		if faults != "" {
+			log.Warn(StateFaultsEnv+" is set, but the memory state backend touches no disk: no faults", "file", faults)
+		}
 		return state.NewMemory(state.MemoryOptions{})
 	}
-	return state.NewPebble(state.PebbleOptions{
+	opts := state.PebbleOptions{
 		MemTableSize: c.StateMemtableSize,
 		CacheSize:    c.StateCacheSize,
 		Logger:       log.With("component", "pebble"),
-	})
+	}
+	if faults != "" {
+		log.Warn("disk fault injection is on (a testing hook): the Pebble stores fail as the control file says", "env", StateFaultsEnv, "file", faults)
+		opts.Faults = state.NewDiskFaults(faults, log.With("component", "faults"))
+	}
+	return state.NewPebble(opts)
 }
 
 // committables adapts a sink function that asks (sink.Check) or acts on
