@@ -76,7 +76,7 @@ func TestDocNames(t *testing.T) {
 			}
 			for _, m := range flagToken.FindAllStringSubmatch(line, -1) {
 				if _, ok := flags[m[1]]; !ok {
-					at("--%s is not a flag of processor run, generate, verify, checkpoints or demo, nor of kafkabench or bench (nor a known other tool's)", m[1])
+					at("--%s is not a flag of processor run, generate, verify, checkpoints, demo or chaos, nor of kafkabench or bench (nor a known other tool's)", m[1])
 				}
 			}
 			for _, v := range envToken.FindAllString(line, -1) {
@@ -168,7 +168,7 @@ func processorFlags(t *testing.T, root string) map[string]string {
 			return
 		}
 		flagsSeen = map[string]string{}
-		for _, args := range [][]string{{"run"}, {"generate"}, {"verify"}, {"demo"}, {"checkpoints", "list"}, {"checkpoints", "inspect"}} {
+		for _, args := range [][]string{{"run"}, {"generate"}, {"verify"}, {"demo"}, {"chaos"}, {"checkpoints", "list"}, {"checkpoints", "inspect"}} {
 			cmd := exec.Command(bin, append(args, "-h")...)
 			cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 			out, err := cmd.CombinedOutput()
