@@ -345,6 +345,11 @@ func (s *Security) ExplainKafkaErr(err error) error {
 		// A TLS alert from the broker: most often a client certificate
 		// it wants and did not get or does not trust.
 		why = "the broker ended the TLS handshake: check --tls-cert-file and --tls-key-file"
+	case errors.As(err, &eof) && s.protocol() == "PLAINTEXT":
+		// A broker going away (a restart, a connection quota) closes the
+		// first read too: without TLS or SASL on this side, that is the
+		// likelier cause, and a retry, not a setting, mends it (exit 1).
+		return fmt.Errorf("%w (if it repeats, check --security-protocol %s against the listener's)", err, s.protocol())
 	case errors.As(err, &eof):
 		// franz-go's guess at why the broker hung up names TLS or SASL
 		// on one side and not the other.

@@ -251,6 +251,14 @@ func TestExplainKafkaErr(t *testing.T) {
 			t.Errorf("%v: got %v, want a usage error with %q wrapping it", tc.err, got, tc.want)
 		}
 	}
+	// Without TLS or SASL, a closed first read is a broker going away
+	// more likely than a setting: an error to retry, not a usage error.
+	plain := Security{}
+	eof := &kgo.ErrFirstReadEOF{}
+	var ue cli.UsageError
+	if got := plain.ExplainKafkaErr(eof); errors.As(got, &ue) || !errors.Is(got, eof) || !strings.Contains(got.Error(), "if it repeats") {
+		t.Errorf("PLAINTEXT, first read EOF: %v, want a plain error wrapping it", got)
+	}
 	if other := errors.New("other"); s.ExplainKafkaErr(other) != other {
 		t.Error("an error that is not about security changed")
 	}

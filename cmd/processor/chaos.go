@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	cryptorand "crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -94,6 +95,9 @@ func (c *chaosConfig) Validate() error {
 	if slices.Contains(c.Faults, "broker-restart") && len(c.Brokers) > 0 && c.KafkaDir == "" {
 		bad("faults", "broker-restart needs a broker the runner can restart: leave --brokers empty (it starts one) or give the --kafka-dir of the scripts/kafka broker at --brokers")
 	}
+	if len(c.Brokers) == 0 && c.KafkaDir != "" {
+		bad("kafka-dir", "%s without --brokers: the runner starts a broker of its own, in its --dir", c.KafkaDir)
+	}
 	if (len(c.Brokers) == 0 || c.KafkaDir != "") && c.KafkaScript == "" {
 		bad("kafka-script", "empty, and the runner starts or restarts the broker with it")
 	}
@@ -137,9 +141,12 @@ type chaosReport struct {
 	recovered []recovery // one per fault, in order
 	declined  int        // checkpoints declined or aborted, from the workers' logs
 	restarts  int        // tasks restarted after a failure, from the logs
-	exits     int        // worker processes that exited without being told to
+	exits     []string   // worker processes that exited without being told to: how
+	crashes   []string   // panics and data races in the workers' logs
+	drains    []string   // workers that did not drain cleanly at the end
 	produced  int64
 	stall     time.Duration // the longest time without new output
+	dir       string
 }
 
 // recovery is how long the job took, after a fault ended, to have written
@@ -153,7 +160,8 @@ type recovery struct {
 }
 
 func (r chaosReport) clean() bool {
-	if !r.verdict.Clean() || r.verdict.In != r.produced {
+	if !r.verdict.Clean() || r.verdict.In != r.produced || len(r.verdict.Notes) > 0 ||
+		len(r.exits) > 0 || len(r.crashes) > 0 || len(r.drains) > 0 {
 		return false
 	}
 	for _, rc := range r.recovered {
@@ -203,14 +211,27 @@ func (r chaosReport) write(w io.Writer) {
 	row("longest output stall", r.stall.Round(10*time.Millisecond))
 	row("checkpoints failed", r.declined)
 	row("task restarts", r.restarts)
-	row("worker exits", fmt.Sprintf("%d (not asked to exit; restarted)", r.exits))
+	row("worker exits", fmt.Sprintf("%d not asked for (each started again)", len(r.exits)))
+	for _, e := range r.exits {
+		fmt.Fprintln(w, "    exit:", e)
+	}
+	row("crashes", len(r.crashes))
+	for _, e := range r.crashes {
+		fmt.Fprintln(w, "    crash:", e)
+	}
+	if len(r.drains) > 0 {
+		row("failed drains", strings.Join(r.drains, "; "))
+	}
 	verdict := "clean: exactly once, recovered from every fault"
 	if !r.clean() {
 		verdict = "NOT CLEAN"
 	}
 	row("verdict", verdict)
 	for _, n := range r.verdict.Notes {
-		fmt.Fprintln(w, "  note:", n)
+		fmt.Fprintln(w, "  note (not clean: the output has transactions still open):", n)
+	}
+	if !r.clean() && r.dir != "" {
+		fmt.Fprintln(w, "  logs in", r.dir)
 	}
 }
 
@@ -243,8 +264,10 @@ type chaos struct {
 	s3uri   string
 	s3mode  atomic.Value // string: "", "errors", "latency"
 	workers []*chaosWorker
-	exits   atomic.Int64
+	exitMu  sync.Mutex
+	exits   []string
 
+	name     string // the job instance
 	in, out  string
 	acked    atomic.Int64
 	outN     atomic.Int64
@@ -272,9 +295,21 @@ func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosRepor
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
+	// Registered first, so run last: after the broker in dir stopped.
+	var removeDir bool
+	defer func() {
+		if removeDir {
+			os.RemoveAll(dir)
+		}
+	}()
 	ch := &chaos{c: c, log: stderr, dir: dir, bin: bin, brokers: c.Brokers, kafka: c.KafkaDir, injected: map[string]int{}}
 	ch.s3mode.Store("")
-	name := fmt.Sprintf("chaos-%d", c.Seed)
+	// The seed fixes the schedule; the suffix lets a seed run again on
+	// the same broker.
+	var suffix [3]byte
+	_, _ = cryptorand.Read(suffix[:])
+	name := fmt.Sprintf("chaos-%d-%x", c.Seed, suffix)
+	ch.name = name
 	ch.in, ch.out = name+"-in", name+"-out"
 	ch.logf("seed %d, working in %s", c.Seed, dir)
 
@@ -322,7 +357,7 @@ func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosRepor
 			return nil, err
 		}
 	}
-	defer ch.stopWorkers()
+	defer ch.stopWorkers() // on an early return; at the end they stopped already
 
 	produced := make(chan error, 1)
 	prodCtx, stopProducing := context.WithCancel(runCtx)
@@ -363,9 +398,16 @@ func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosRepor
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	time.Sleep(2 * c.Interval) // a late duplicate would show by now
+	// Every worker drains (final checkpoint, commit, leave the group) and
+	// must exit 0; then every transaction on the output must have ended,
+	// so that what verify reads is all there will ever be.
+	ch.logf("stopping the workers")
+	drains := ch.stopWorkers()
 	stopAll()
 	<-readDone
+	if err := ch.waitStable(ctx, 2*time.Minute); err != nil {
+		ch.logf("%v", err)
+	}
 
 	vctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
@@ -373,18 +415,18 @@ func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosRepor
 	if err != nil {
 		return nil, fmt.Errorf("verify: %w", err)
 	}
-	r := &chaosReport{cfg: c, elapsed: elapsed, injected: ch.injected, verdict: v, produced: total, exits: int(ch.exits.Load()),
-		stall: time.Duration(ch.stall.Load())}
+	ch.exitMu.Lock()
+	exits := slices.Clone(ch.exits)
+	ch.exitMu.Unlock()
+	r := &chaosReport{cfg: c, elapsed: elapsed, injected: ch.injected, verdict: v, produced: total, exits: exits,
+		drains: drains, stall: time.Duration(ch.stall.Load()), dir: dir}
 	ch.mu.Lock()
 	for _, p := range ch.pending {
 		r.recovered = append(r.recovered, *p)
 	}
 	ch.mu.Unlock()
-	ch.stopWorkers()
-	r.declined, r.restarts = ch.countLogs()
-	if r.clean() && c.Dir == "" {
-		os.RemoveAll(dir)
-	}
+	r.declined, r.restarts, r.crashes = ch.scanLogs()
+	removeDir = r.clean() && c.Dir == ""
 	return r, nil
 }
 
@@ -500,7 +542,7 @@ func (ch *chaos) read(ctx context.Context) error {
 		return err
 	}
 	defer cl.Close()
-	last := time.Now()
+	var last time.Time // the last output read; stalls count from the first
 	for {
 		fs := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
@@ -511,19 +553,61 @@ func (ch *chaos) read(ctx context.Context) error {
 		if got == 0 {
 			continue
 		}
-		n := ch.outN.Add(got)
+		ch.outN.Add(got)
 		now := time.Now()
-		if gap := int64(now.Sub(last)); gap > ch.stall.Load() {
+		if gap := int64(now.Sub(last)); !last.IsZero() && gap > ch.stall.Load() {
 			ch.stall.Store(gap)
 		}
 		last = now
 		ch.mu.Lock()
-		for _, p := range ch.pending {
-			if !p.done && n >= p.target {
-				p.done, p.took = true, now.Sub(p.ended)
-			}
-		}
+		ch.settle(now)
 		ch.mu.Unlock()
+	}
+}
+
+// settle ends the recoveries the output has caught up with; ch.mu held.
+func (ch *chaos) settle(now time.Time) {
+	n := ch.outN.Load()
+	for _, p := range ch.pending {
+		if !p.done && n >= p.target {
+			p.done, p.took = true, now.Sub(p.ended)
+		}
+	}
+}
+
+// waitStable waits until no transaction is open on the output: each
+// partition's last stable offset is its end.
+func (ch *chaos) waitStable(ctx context.Context, limit time.Duration) error {
+	cl, err := kgo.NewClient(kgo.SeedBrokers(ch.brokers...))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(limit)
+	for {
+		stable, err1 := adm.ListCommittedOffsets(ctx, ch.out) // the last stable offsets
+		ends, err2 := adm.ListEndOffsets(ctx, ch.out)         // the high watermarks
+		if err := errors.Join(err1, err2); err == nil {
+			open := 0
+			ends.Each(func(o kadm.ListedOffset) {
+				if s, ok := stable.Lookup(o.Topic, o.Partition); !ok || s.Offset != o.Offset {
+					open++
+				}
+			})
+			if open == 0 {
+				return nil
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d output partitions still have open transactions after %v", open, limit)
+			}
+		} else if time.Now().After(deadline) {
+			return err
+		}
+		sleep(ctx, 500*time.Millisecond)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 	}
 }
 
@@ -532,7 +616,16 @@ func (ch *chaos) read(ctx context.Context) error {
 func (ch *chaos) inject(ctx context.Context, f string, rng *rand.Rand) error {
 	w := ch.workers[rng.IntN(len(ch.workers))]
 	span := time.Duration(5000+rng.IntN(7000)) * time.Millisecond
-	ch.logf("inject %s (worker %d, %v)", f, w.i, span.Round(time.Millisecond))
+	switch f {
+	case "sigkill", "sigterm", "sigstop":
+		ch.logf("inject %s (worker %d)", f, w.i)
+	case "broker-restart":
+		ch.logf("inject %s", f)
+	case "s3-errors", "s3-latency":
+		ch.logf("inject %s (%v)", f, span.Round(time.Millisecond))
+	default:
+		ch.logf("inject %s (worker %d, %v)", f, w.i, span.Round(time.Millisecond))
+	}
 	switch f {
 	case "sigkill":
 		if err := w.stop(syscall.SIGKILL, time.Minute); err != nil {
@@ -575,18 +668,18 @@ func (ch *chaos) inject(ctx context.Context, f string, rng *rand.Rand) error {
 		sleep(ctx, span)
 		ch.s3mode.Store("")
 	case "disk-full", "disk-errors":
-		what := map[string]string{"disk-full": "enospc", "disk-errors": "eio"}[f]
-		if err := os.WriteFile(w.faults, []byte(what), 0o644); err != nil {
+		if err := w.setDiskFault(map[string]string{"disk-full": "enospc", "disk-errors": "eio"}[f]); err != nil {
 			return err
 		}
 		sleep(ctx, span)
-		if err := os.WriteFile(w.faults, nil, 0o644); err != nil {
+		if err := w.setDiskFault(""); err != nil {
 			return err
 		}
 	}
 	ch.mu.Lock()
 	ch.injected[f]++
 	ch.pending = append(ch.pending, &recovery{fault: f, ended: time.Now(), target: ch.acked.Load()})
+	ch.settle(time.Now())
 	ch.mu.Unlock()
 	return nil
 }
@@ -598,25 +691,37 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (ch *chaos) stopWorkers() {
-	var wg sync.WaitGroup
+// stopWorkers drains every worker (SIGCONT first, in case one is paused)
+// and says which did not exit 0 within the grace.
+func (ch *chaos) stopWorkers() []string {
+	var (
+		wg  sync.WaitGroup
+		mu  sync.Mutex
+		bad []string
+	)
 	for _, w := range ch.workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			_ = w.signal(syscall.SIGCONT)
 			if err := w.stop(syscall.SIGTERM, 30*time.Second); err != nil {
-				ch.logf("worker %d: %v", w.i, err)
+				mu.Lock()
+				bad = append(bad, err.Error())
+				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
+	slices.Sort(bad)
+	return bad
 }
 
-// countLogs counts, over the workers' logs, checkpoints that failed
-// (declined by a task or aborted by the coordinator) and tasks restarted
-// after a failure.
-func (ch *chaos) countLogs() (failed, restarts int) {
+// scanLogs reads the workers' logs for checkpoints that failed (declined
+// by a task or aborted: counted once per task incarnation and
+// checkpoint), tasks restarted after a failure, and crashes: Go's panics
+// and the race detector's reports.
+func (ch *chaos) scanLogs() (failed, restarts int, crashes []string) {
+	seen := map[string]bool{}
 	for _, w := range ch.workers {
 		b, err := os.ReadFile(w.logPath())
 		if err != nil {
@@ -625,50 +730,104 @@ func (ch *chaos) countLogs() (failed, restarts int) {
 		for line := range strings.Lines(string(b)) {
 			switch {
 			case strings.Contains(line, `msg="checkpoint declined"`), strings.Contains(line, `msg="checkpoint aborted"`):
-				failed++
+				// The coordinator and the task both log an abort; the
+				// task's line carries the epoch of its incarnation.
+				epoch, ok := logAttr(line, "epoch")
+				task, _ := logAttr(line, "task")
+				id, _ := logAttr(line, "checkpoint")
+				if key := w.name() + "/" + task + "/" + epoch + "/" + id; ok && !seen[key] {
+					seen[key] = true
+					failed++
+				}
 			case strings.Contains(line, `msg="task failed, restarting"`):
 				restarts++
+			case strings.HasPrefix(line, "panic: "), strings.HasPrefix(line, "fatal error: "), strings.HasPrefix(line, "WARNING: DATA RACE"):
+				crashes = append(crashes, fmt.Sprintf("worker %d: %s", w.i, strings.TrimSpace(line)))
 			}
 		}
 	}
-	return failed, restarts
+	return failed, restarts, crashes
+}
+
+// logAttr is the value of key=value in a text log line.
+func logAttr(line, key string) (string, bool) {
+	_, v, ok := strings.Cut(line, " "+key+"=")
+	if !ok {
+		return "", false
+	}
+	v, _, _ = strings.Cut(v, " ")
+	return v, true
 }
 
 // chaosWorker is one worker process slot: the runner starts, stops and
 // signals it; a process that exits on its own is started again after a
 // second, as a supervisor (systemd, Kubernetes, compose's restart policy)
-// would.
+// would, and counted.
 type chaosWorker struct {
 	ch     *chaos
 	i      int
 	faults string // its WEIR_STATE_FAULTS control file
 
-	mu      sync.Mutex
+	// op serialises starting and stopping, so that a supervisor's restart
+	// never overlaps the runner's stop or start of the same slot: a
+	// process started in between would run on, unsignalled, holding the
+	// slot's state directory.
+	op      sync.Mutex
+	mu      sync.Mutex // guards the fields below, for signal
 	cmd     *exec.Cmd
 	exited  chan struct{}
-	stopped bool // the runner stopped it: do not restart
+	stopped bool   // the runner stopped it: do not restart
+	fault   string // the disk fault on now, kept across restarts
 }
+
+func (w *chaosWorker) name() string { return fmt.Sprintf("w%d", w.i) }
 
 func (w *chaosWorker) logPath() string {
 	return filepath.Join(w.ch.dir, fmt.Sprintf("worker-%d.log", w.i))
 }
 
+// setDiskFault writes the worker's fault control file.
+func (w *chaosWorker) setDiskFault(f string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fault = f
+	return os.WriteFile(w.faults, []byte(f), 0o644)
+}
+
 func (w *chaosWorker) start() error {
+	w.op.Lock()
+	defer w.op.Unlock()
+	return w.startLocked()
+}
+
+// startLocked starts the worker's process; w.op held.
+func (w *chaosWorker) startLocked() error {
 	ch, c := w.ch, w.ch.c
 	f, err := os.OpenFile(w.logPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if err := os.WriteFile(w.faults, nil, 0o644); err != nil {
+	w.mu.Lock()
+	fault := w.fault
+	w.mu.Unlock()
+	if err := os.WriteFile(w.faults, []byte(fault), 0o644); err != nil {
 		return err
 	}
-	cmd := exec.Command(ch.bin, "run", "--job", "count", "--name", fmt.Sprintf("chaos-%d", c.Seed),
+	cmd := exec.Command(ch.bin, "run", "--job", "count", "--name", ch.name,
 		"--brokers", strings.Join(ch.brokers, ","), "--input", ch.in, "--output", ch.out,
-		"--checkpoints", ch.s3uri, "--state-dir", filepath.Join(ch.dir, "state", fmt.Sprintf("w%d", w.i)),
+		"--checkpoints", ch.s3uri, "--state-dir", filepath.Join(ch.dir, "state", w.name()),
+		"--state-backend", "pebble", "--delivery", "exactly-once",
 		"--interval", c.Interval.String(), "--session-timeout", c.SessionTimeout.String(),
 		"--heartbeat-interval", (c.SessionTimeout / 6).String(), "--http-addr", "off")
-	cmd.Env = append(os.Environ(), "WEIR_STATE_FAULTS="+w.faults,
+	// The runner's own WEIR_ settings are not the workers': a stray
+	// WEIR_STATE_BACKEND or WEIR_CONFIG would change what is tested.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WEIR_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, "WEIR_STATE_FAULTS="+w.faults,
 		"AWS_ACCESS_KEY_ID=weir", "AWS_SECRET_ACCESS_KEY=weir-chaos", "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true")
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {
@@ -678,45 +837,64 @@ func (w *chaosWorker) start() error {
 	w.mu.Lock()
 	w.cmd, w.exited, w.stopped = cmd, exited, false
 	w.mu.Unlock()
-	go func() {
-		err := cmd.Wait()
-		close(exited)
-		w.mu.Lock()
-		restart := !w.stopped && w.cmd == cmd
-		w.mu.Unlock()
-		if !restart {
-			return
-		}
-		ch.exits.Add(1)
-		ch.logf("worker %d exited on its own (%v); starting it again", w.i, err)
-		time.Sleep(time.Second)
-		w.mu.Lock()
-		again := !w.stopped && w.cmd == cmd
-		w.mu.Unlock()
-		if again {
-			if err := w.start(); err != nil {
-				ch.logf("worker %d: start: %v", w.i, err)
-			}
-		}
-	}()
+	go w.supervise(cmd, exited)
 	return nil
 }
 
-func (w *chaosWorker) signal(sig syscall.Signal) error {
+// supervise waits for cmd to exit and, unless the runner stopped it,
+// records the exit and starts the slot again a second later.
+func (w *chaosWorker) supervise(cmd *exec.Cmd, exited chan struct{}) {
+	err := cmd.Wait()
+	close(exited)
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.cmd == nil || w.cmd.ProcessState != nil {
+	mine := !w.stopped && w.cmd == cmd
+	w.mu.Unlock()
+	if !mine {
+		return
+	}
+	ch := w.ch
+	ch.exitMu.Lock()
+	ch.exits = append(ch.exits, fmt.Sprintf("worker %d at %s: %v", w.i, time.Now().Format("15:04:05"), err))
+	ch.exitMu.Unlock()
+	ch.logf("worker %d exited on its own (%v); starting it again", w.i, err)
+	time.Sleep(time.Second)
+	w.op.Lock()
+	defer w.op.Unlock()
+	w.mu.Lock()
+	again := !w.stopped && w.cmd == cmd
+	w.mu.Unlock()
+	if again {
+		if err := w.startLocked(); err != nil {
+			ch.logf("worker %d: start: %v", w.i, err)
+		}
+	}
+}
+
+func (w *chaosWorker) signal(sig syscall.Signal) error {
+	w.op.Lock()
+	defer w.op.Unlock()
+	w.mu.Lock()
+	cmd, exited := w.cmd, w.exited
+	w.mu.Unlock()
+	if cmd == nil {
 		return nil
 	}
-	if err := w.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+	select {
+	case <-exited:
+		return nil
+	default:
+	}
+	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return err
 	}
 	return nil
 }
 
 // stop sends sig and waits for the process to exit, with SIGKILL after
-// grace.
+// grace. After a SIGTERM (a drain) it must have exited 0.
 func (w *chaosWorker) stop(sig syscall.Signal, grace time.Duration) error {
+	w.op.Lock()
+	defer w.op.Unlock()
 	w.mu.Lock()
 	w.stopped = true
 	cmd, exited := w.cmd, w.exited
@@ -724,11 +902,19 @@ func (w *chaosWorker) stop(sig syscall.Signal, grace time.Duration) error {
 	if cmd == nil {
 		return nil
 	}
+	select {
+	case <-exited:
+		return nil // stopped already (a second stop at the end)
+	default:
+	}
 	if err := cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return err
 	}
 	select {
 	case <-exited:
+		if sig == syscall.SIGTERM && !cmd.ProcessState.Success() {
+			return fmt.Errorf("worker %d: drain ended with %v", w.i, cmd.ProcessState)
+		}
 		return nil
 	case <-time.After(grace):
 	}

@@ -64,6 +64,10 @@ func TestChaosVerdict(t *testing.T) {
 		"wrong sum":     func(r *chaosReport) { r.verdict.WrongTotals = 1 },
 		"input lost":    func(r *chaosReport) { r.verdict.In = 9 },
 		"not recovered": func(r *chaosReport) { r.recovered = append(r.recovered, recovery{fault: "sigstop"}) },
+		"open txn":      func(r *chaosReport) { r.verdict.Notes = []string{"partition 3: a transaction is open"} },
+		"worker exit":   func(r *chaosReport) { r.exits = []string{"worker 1: exit status 1"} },
+		"crash":         func(r *chaosReport) { r.crashes = []string{"worker 0: WARNING: DATA RACE"} },
+		"failed drain":  func(r *chaosReport) { r.drains = []string{"worker 2: drain ended with exit status 1"} },
 	} {
 		r := clean
 		r.recovered = append([]recovery(nil), clean.recovered...)
@@ -73,6 +77,34 @@ func TestChaosVerdict(t *testing.T) {
 		if r.clean() || !strings.Contains(out.String(), "NOT CLEAN") {
 			t.Errorf("%s: clean %v\n%s", name, r.clean(), out.String())
 		}
+	}
+}
+
+// TestChaosLogs: a failed checkpoint counts once, though the coordinator
+// and the task both log its abort; crashes are found.
+func TestChaosLogs(t *testing.T) {
+	dir := t.TempDir()
+	ch := &chaos{dir: dir}
+	ch.workers = []*chaosWorker{{ch: ch, i: 0}, {ch: ch, i: 1}}
+	logs := []string{
+		`time=x level=WARN msg="checkpoint declined" job=j task=5 epoch=7 checkpoint=42 err="upload"` + "\n" +
+			`time=x level=WARN msg="checkpoint aborted" job=j task=5 checkpoint=42 err="timed out"` + "\n" +
+			`time=x level=WARN msg="checkpoint aborted" job=j task=5 epoch=7 checkpoint=42 err="timed out"` + "\n" +
+			`time=x level=WARN msg="checkpoint aborted" job=j task=5 epoch=8 checkpoint=42 err="timed out"` + "\n" +
+			`time=x level=WARN msg="task failed, restarting" job=j task=5 err=x` + "\n",
+		`time=x level=WARN msg="checkpoint aborted" job=j task=5 epoch=7 checkpoint=42 err="timed out"` + "\n" +
+			"WARNING: DATA RACE\n" + "panic: boom\n",
+	}
+	for i, l := range logs {
+		if err := os.WriteFile(ch.workers[i].logPath(), []byte(l), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	failed, restarts, crashes := ch.scanLogs()
+	// Worker 0: task 5's checkpoint 42 in epochs 7 and 8; worker 1: its
+	// own task 5, epoch 7 (another process's logs are its own).
+	if failed != 3 || restarts != 1 || len(crashes) != 2 {
+		t.Errorf("failed %d (want 3), restarts %d (want 1), crashes %q (want 2)", failed, restarts, crashes)
 	}
 }
 
