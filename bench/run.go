@@ -86,6 +86,9 @@ func run(ctx context.Context, c config, log *slog.Logger) ([]result, []latency, 
 		}
 		log.Info("restore", "system", s, "kept", r.kept, "lost", r.lost, "exactly_once", r.check == nil)
 		rests = append(rests, r)
+		if r.check != nil {
+			return res, lats, rests, fmt.Errorf("%s, restore: %w", s, r.check)
+		}
 	}
 	return res, lats, rests, nil
 }

@@ -77,6 +77,14 @@ public final class Last {
       streams.close();
       done.countDown();
     }));
+    // A fatal error ends the process, so that the harness sees it exit
+    // rather than wait out its deadline.
+    streams.setStateListener((now, before) -> {
+      if (now == KafkaStreams.State.ERROR) {
+        System.err.println("kafka streams: state ERROR");
+        Runtime.getRuntime().halt(1);
+      }
+    });
     streams.setUncaughtExceptionHandler(e -> {
       e.printStackTrace();
       return org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler.StreamThreadExceptionResponse.SHUTDOWN_APPLICATION;
