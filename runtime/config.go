@@ -45,6 +45,14 @@ type Config struct {
 	// StateDir is where backends keep local files; default: a directory
 	// under os.TempDir() named after the job.
 	StateDir string
+	// BatchSize is how many records a task hands a multi-input operator
+	// per send on its channel (default DefaultBatchSize), and
+	// ChannelCapacity how many such batches each of its input channels
+	// holds (default DefaultChannelCapacity): a full channel blocks the
+	// sender, which is how backpressure travels upstream. Together they
+	// bound the records in flight between a task's goroutines.
+	BatchSize       int
+	ChannelCapacity int
 	// Epoch is the fencing epoch of the tasks Run runs, written into their
 	// manifests (a Runner is told by Start). It must be larger than that of
 	// every earlier owner of the tasks: checkpoint.NextEpoch allocates one.
@@ -135,6 +143,18 @@ func (c *Config) Validate(job string) error {
 	}
 	if c.RestartBackoff < 0 || c.MaxRestartBackoff < 0 {
 		errs = append(errs, errors.New("restart backoff: must not be negative"))
+	}
+	if c.BatchSize < 0 {
+		errs = append(errs, fmt.Errorf("batch size: %d is negative", c.BatchSize))
+	}
+	if c.ChannelCapacity < 0 {
+		errs = append(errs, fmt.Errorf("channel capacity: %d is negative", c.ChannelCapacity))
+	}
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultBatchSize
+	}
+	if c.ChannelCapacity == 0 {
+		c.ChannelCapacity = DefaultChannelCapacity
 	}
 	if c.StateBackend == nil {
 		c.StateBackend = state.NewMemory(state.MemoryOptions{})

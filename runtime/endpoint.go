@@ -88,12 +88,14 @@ type message[T any] struct {
 	end       bool
 }
 
-// batchSize is how many records a channel sender gathers before it sends.
-const batchSize = 512
+// DefaultBatchSize is how many records a channel sender gathers before it
+// sends, unless Config.BatchSize says otherwise.
+const DefaultBatchSize = 512
 
-// channelCapacity bounds each channel in batches: a full channel blocks the
-// sender, which is how backpressure travels upstream.
-const channelCapacity = 4
+// DefaultChannelCapacity bounds each channel in batches unless
+// Config.ChannelCapacity says otherwise: a full channel blocks the sender,
+// which is how backpressure travels upstream.
+const DefaultChannelCapacity = 4
 
 // sender is the endpoint of a channel to a multi-input operator. It lives in
 // the producer's goroutine; the position of each record is read from that
@@ -103,19 +105,20 @@ type sender[T any] struct {
 	ch     chan *message[T]
 	cursor *Position
 	cur    *message[T]
+	batch  int
 }
 
-func newSender[T any](ctx context.Context, ch chan *message[T], cursor *Position) *sender[T] {
-	return &sender[T]{ctx: ctx, ch: ch, cursor: cursor}
+func newSender[T any](ctx context.Context, ch chan *message[T], cursor *Position, batch int) *sender[T] {
+	return &sender[T]{ctx: ctx, ch: ch, cursor: cursor, batch: batch}
 }
 
 func (s *sender[T]) collect(v T) error {
 	if s.cur == nil {
-		s.cur = &message[T]{values: make([]T, 0, batchSize), positions: make([]Position, 0, batchSize)}
+		s.cur = &message[T]{values: make([]T, 0, s.batch), positions: make([]Position, 0, s.batch)}
 	}
 	s.cur.values = append(s.cur.values, v)
 	s.cur.positions = append(s.cur.positions, *s.cursor)
-	if len(s.cur.values) == batchSize {
+	if len(s.cur.values) == s.batch {
 		return s.flush()
 	}
 	return nil

@@ -221,11 +221,11 @@ func (m *multiRoot) apply(actions []align.Action) (done bool, err error) {
 // newInput makes the channel for input idx of multi-input node n and
 // registers its sending end as the node's endpoint for that input.
 func newInput[T any](t *task, n *node, idx int, target func(vals []T, pos []Position) error) input {
-	ch := make(chan *message[T], channelCapacity)
+	ch := make(chan *message[T], t.cfg.ChannelCapacity)
 	// Consumers are built before their producers, and every root exists
 	// before any node is built, so the sending end can be wired now.
 	producer := t.rootOf(n.inputs[idx])
-	s := newSender(t.ctx, ch, &producer.cursor)
+	s := newSender(t.ctx, ch, &producer.cursor, t.cfg.BatchSize)
 	producer.flushers = append(producer.flushers, s)
 	t.endpoints[n.id][idx] = s
 	return &typedInput[T]{ch: ch, target: target}

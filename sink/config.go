@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/internal/marker"
@@ -68,6 +69,9 @@ const (
 	// (or one, when commit notifications and barriers race; see
 	// CheckPoolSize).
 	DefaultPoolSize = 5
+	// DefaultMaxRecordBytes is the default of Config.MaxRecordBytes:
+	// franz-go's default batch limit, Kafka's default max.message.bytes.
+	DefaultMaxRecordBytes = 1_000_012
 	// DefaultTransactionTimeout bounds how long a pre-committed transaction
 	// can wait for its commit. It must exceed interval × (tolerable
 	// failures + 1) + restart time (CheckTimeout) and must not exceed the
@@ -114,6 +118,15 @@ type Config[T any] struct {
 	// "zstd".
 	Compression string
 
+	// MaxRecordBytes is the largest record batch the sink's producers
+	// write (kgo.ProducerBatchMaxBytes, before compression), so the
+	// largest record: Write refuses a record that does not fit with a
+	// *RecordTooLargeError, at once, rather than failing the transaction
+	// later. Between 512 and 1 GiB; default DefaultMaxRecordBytes. The
+	// broker refuses batches over the topic's max.message.bytes, so it
+	// should not be larger.
+	MaxRecordBytes int
+
 	// Watermarks writes the task's watermark into every partition of
 	// Topic, at each checkpoint where it moved, after the checkpoint's
 	// records: a weir source with the same setting reads them back, and
@@ -150,6 +163,9 @@ func (c *Config[T]) Validate() error {
 	}
 	if _, err := ParseCompression(c.Compression); err != nil {
 		bad("Compression: %v", err)
+	}
+	if m := c.MaxRecordBytes; m != 0 && (m < 512 || m > 1<<30) {
+		bad("MaxRecordBytes: %d, want between 512 and 1 GiB (or 0 for %d)", m, DefaultMaxRecordBytes)
 	}
 	switch c.Delivery {
 	case "", ExactlyOnce:
@@ -199,8 +215,44 @@ func (c *Config[T]) record(v T, ts int64) (*kgo.Record, error) {
 	if c.Watermarks && r.Topic != c.Topic {
 		return nil, fmt.Errorf("encode: record for topic %q, but Watermarks are written into %q only", r.Topic, c.Topic)
 	}
+	if n := batchBytes(r); n > c.maxRecordBytes() {
+		return nil, &RecordTooLargeError{Topic: r.Topic, Bytes: n, Max: c.maxRecordBytes()}
+	}
 	return r, nil
 }
+
+func (c *Config[T]) maxRecordBytes() int {
+	if c.MaxRecordBytes == 0 {
+		return DefaultMaxRecordBytes
+	}
+	return c.MaxRecordBytes
+}
+
+// batchBytes is at least the size of a record batch holding r alone, as
+// the producer measures it against its limit: the batch header (61
+// bytes), the record's fields and the most their lengths can take.
+func batchBytes(r *kgo.Record) int {
+	n := 61 + 36 + len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += 10 + len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// RecordTooLargeError is the error of a Write whose record does not fit
+// Config.MaxRecordBytes. It wraps kerr.MessageTooLarge, as the producer's
+// and the broker's refusals do.
+type RecordTooLargeError struct {
+	Topic string
+	// Bytes is the size of a batch of the record alone; Max the limit.
+	Bytes, Max int
+}
+
+func (e *RecordTooLargeError) Error() string {
+	return fmt.Sprintf("record for topic %s takes %d bytes in a batch, over the sink's MaxRecordBytes %d", e.Topic, e.Bytes, e.Max)
+}
+
+func (e *RecordTooLargeError) Unwrap() error { return kerr.MessageTooLarge }
 
 // ParseCompression parses a compression setting ("" is "none").
 func ParseCompression(s string) (kgo.CompressionCodec, error) {
@@ -222,7 +274,8 @@ func ParseCompression(s string) (kgo.CompressionCodec, error) {
 // clientOpts are the options every producer of the sink starts with.
 func (c *Config[T]) clientOpts() []kgo.Opt {
 	codec, _ := ParseCompression(c.Compression) // validated
-	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.DefaultProduceTopic(c.Topic), kgo.ProducerBatchCompression(codec)}
+	opts := []kgo.Opt{kgo.SeedBrokers(c.Brokers...), kgo.DefaultProduceTopic(c.Topic), kgo.ProducerBatchCompression(codec),
+		kgo.ProducerBatchMaxBytes(int32(c.maxRecordBytes()))}
 	if c.Watermarks {
 		opts = append(opts, kgo.RecordPartitioner(marker.Partitioner()))
 	}

@@ -127,9 +127,10 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info runtime.TaskInfo, l
 		marks:   newMarks(cfg, info),
 	}
 	for _, id := range w.ids {
-		w.promises = append(w.promises, func(_ *kgo.Record, err error) {
+		w.promises = append(w.promises, func(r *kgo.Record, err error) {
 			if err != nil {
-				w.failed.set(fmt.Errorf("produce in transaction %s: %w", id, err))
+				w.failed.set(fmt.Errorf("an earlier record (%d bytes) to %s/%d failed in transaction %s: %w",
+					len(r.Key)+len(r.Value), r.Topic, r.Partition, id, err))
 			}
 		})
 	}
@@ -409,7 +410,7 @@ func (w *plainWriter[T]) promise(r *kgo.Record, err error) {
 		return
 	}
 	if w.flush {
-		w.failed.set(fmt.Errorf("produce to %s: %w", r.Topic, err))
+		w.failed.set(fmt.Errorf("an earlier record (%d bytes) to %s/%d failed: %w", len(r.Key)+len(r.Value), r.Topic, r.Partition, err))
 		return
 	}
 	// Fire and forget: say so once, do not fail the task.

@@ -89,6 +89,9 @@ type Config struct {
 	// StateCacheSize is the block cache shared by the worker's Pebble
 	// stores, in bytes. Default 64 MiB. Pebble only.
 	StateCacheSize int64
+	// Memory bounds the records in flight in each task: batches, channels,
+	// fetches, the producer's buffer, the largest record.
+	Memory Memory
 	// StateDir holds local state, a cache of the checkpoints. Each worker
 	// takes a slot of its own in it (w0, w1, ...), so workers on one host
 	// may share it. Default: $TMPDIR/weir-state/<name>.
@@ -157,6 +160,7 @@ func DefaultConfig() Config {
 		StateBackend:      stateBackendPebble,
 		StateMemtableSize: 64 << 20,
 		StateCacheSize:    64 << 20,
+		Memory:            DefaultMemory(),
 		Delivery:          string(sink.ExactlyOnce),
 		Compression:       "none",
 		TxnTimeout:        60 * time.Second,
@@ -240,6 +244,9 @@ func (c *Config) Validate() error {
 	case stateBackendMemory:
 	default:
 		bad("state-backend", "%q, want pebble or memory", c.StateBackend)
+	}
+	if err := c.Memory.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.Interval <= 0 {
 		bad("interval", "must be > 0, got %v", c.Interval)
@@ -413,6 +420,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateBackend, "state-backend", c.StateBackend, "keyed state: pebble (local Pebble stores, incremental checkpoints) or memory (full checkpoints; tests, small state)")
 	fs.Var(cli.Bytes{V: &c.StateMemtableSize}, "state-memtable-size", "Pebble memtable size per store, bytes or with K, M, G, KiB, MiB, GiB (binary); bounds the background flush of each checkpoint")
 	fs.Var(cli.Bytes{V: &c.StateCacheSize}, "state-cache-size", "Pebble block cache shared by the worker's stores (bytes, or with K, M, G, KiB, MiB, GiB)")
+	c.Memory.RegisterFlags(fs)
 	fs.DurationVar(&c.StateCleanupDelay, "state-cleanup-delay", c.StateCleanupDelay, "delete the local state of a task that left this worker after this long (0: keep it)")
 	fs.BoolVar(&c.AllowNonRestoredState, "allow-non-restored-state", c.AllowNonRestoredState, "restore checkpoints with state or source positions of operators the job no longer has, dropping them (a renamed source reads from --start)")
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "local state directory, a cache of the checkpoints (default: $TMPDIR/weir-state/<name>)")

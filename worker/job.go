@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -83,12 +84,19 @@ func Source[T any](w *Wiring, decode source.Decoder[T]) runtime.SourceFactory[T]
 		return nil
 	}
 	sc := source.Config[T]{
-		Brokers:    c.Brokers,
-		ClientOpts: w.kafka,
-		Topics:     []string{c.Input},
-		Start:      start,
-		StartTime:  startTime,
+		Brokers:        c.Brokers,
+		ClientOpts:     w.sourceOpts(),
+		MaxPollRecords: c.Memory.BatchSize,
+		Topics:         []string{c.Input},
+		Start:          start,
+		StartTime:      startTime,
 		Decode: func(r *kgo.Record) (T, error) {
+			// A record over the bound is a bad record: the source
+			// dead-letters it or fails the task, naming where it is.
+			if err := c.Memory.checkRecord(r); err != nil {
+				var zero T
+				return zero, err
+			}
 			v, err := decode(r)
 			if err == nil {
 				w.stats.In.Add(1)
@@ -125,9 +133,10 @@ func Source[T any](w *Wiring, decode source.Decoder[T]) runtime.SourceFactory[T]
 func Sink[T any](w *Wiring, encode sink.Encoder[T]) runtime.SinkFactory[T] {
 	c := w.cfg
 	sc := sink.Config[T]{
-		Brokers:    c.Brokers,
-		ClientOpts: w.kafka,
-		Topic:      c.Output,
+		Brokers:        c.Brokers,
+		ClientOpts:     w.sinkOpts(),
+		MaxRecordBytes: int(c.Memory.ProducerBatchMaxBytes),
+		Topic:          c.Output,
 		Encode: func(v T) (*kgo.Record, error) {
 			r, err := encode(v)
 			if err == nil {
@@ -152,22 +161,50 @@ func Sink[T any](w *Wiring, encode sink.Encoder[T]) runtime.SinkFactory[T] {
 		if err != nil {
 			return nil, err
 		}
-		return countingWriter[T]{SinkWriter: sw, n: &w.stats.task(info.Task).out}, nil
+		return countingWriter[T]{SinkWriter: sw, n: &w.stats.task(info.Task).out, maxBytes: c.Memory.ProducerBatchMaxBytes}, nil
 	}
 }
 
-// countingWriter counts a task's output records.
+// sourceOpts are the Kafka options of the tasks' sources.
+func (w *Wiring) sourceOpts() []kgo.Opt {
+	return append(slices.Clip(w.kafka), w.cfg.Memory.sourceOpts()...)
+}
+
+// sinkOpts are the Kafka options of the tasks' sinks.
+func (w *Wiring) sinkOpts() []kgo.Opt {
+	return append(slices.Clip(w.kafka), w.cfg.Memory.sinkOpts()...)
+}
+
+// countingWriter counts a task's output records, and names the settings
+// an output record too large runs into.
 type countingWriter[T any] struct {
 	runtime.SinkWriter[T]
-	n *atomic.Int64
+	n        *atomic.Int64
+	maxBytes int64 // --producer-batch-max-bytes
 }
 
 func (c countingWriter[T]) Write(ctx context.Context, v T) error {
 	if err := c.SinkWriter.Write(ctx, v); err != nil {
-		return err
+		return c.tooLarge(err)
 	}
 	c.n.Add(1)
 	return nil
+}
+
+// PreCommit passes the sink's, which reports a record the brokers refused.
+func (c countingWriter[T]) PreCommit(ctx context.Context, id checkpoint.ID) ([]checkpoint.Committable, error) {
+	cs, err := c.SinkWriter.PreCommit(ctx, id)
+	return cs, c.tooLarge(err)
+}
+
+// tooLarge adds to the error of a record the producer (sink's
+// RecordTooLargeError) or a broker (MESSAGE_TOO_LARGE) refused the limits
+// it must fit.
+func (c countingWriter[T]) tooLarge(err error) error {
+	if err == nil || !errors.Is(err, kerr.MessageTooLarge) {
+		return err
+	}
+	return fmt.Errorf("%w: %w; an output record must fit --producer-batch-max-bytes %d and the topic's max.message.bytes", ErrRecordTooLarge, err, c.maxBytes)
 }
 
 // WriteAt passes the event time on to the Kafka sink.
@@ -177,7 +214,7 @@ func (c countingWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
 		return c.Write(ctx, v)
 	}
 	if err := tw.WriteAt(ctx, v, ts); err != nil {
-		return err
+		return c.tooLarge(err)
 	}
 	c.n.Add(1)
 	return nil

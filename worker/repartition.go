@@ -47,9 +47,10 @@ func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op st
 	w.internal = append(w.internal, topic)
 
 	sc := sink.Config[runtime.Timed[T]]{
-		Brokers:    c.Brokers,
-		ClientOpts: w.kafka,
-		Topic:      topic,
+		Brokers:        c.Brokers,
+		ClientOpts:     w.sinkOpts(),
+		MaxRecordBytes: int(c.Memory.ProducerBatchMaxBytes),
+		Topic:          topic,
 		Encode: func(v runtime.Timed[T]) (*kgo.Record, error) {
 			b, err := state.Encode(codec, nil, v.Value)
 			if err != nil {
@@ -73,14 +74,15 @@ func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op st
 	stream.Sink(stream.WithEventTime(s, op+"-time"), op+"-write", out)
 
 	rc := source.Config[T]{
-		Brokers:       c.Brokers,
-		ClientOpts:    w.kafka,
-		Topics:        []string{topic},
-		Start:         source.StartEarliest,
-		Decode:        func(r *kgo.Record) (T, error) { return codec.Decode(r.Value) },
-		OnDecodeError: source.Fail, // weir wrote it: a record that does not decode is a bug
-		GroupID:       lagGroup(c),
-		Watermarks:    true,
+		Brokers:        c.Brokers,
+		ClientOpts:     w.sourceOpts(),
+		MaxPollRecords: c.Memory.BatchSize,
+		Topics:         []string{topic},
+		Start:          source.StartEarliest,
+		Decode:         func(r *kgo.Record) (T, error) { return codec.Decode(r.Value) },
+		OnDecodeError:  source.Fail, // weir wrote it: a record that does not decode is a bug
+		GroupID:        lagGroup(c),
+		Watermarks:     true,
 	}
 	if _, err := source.Kafka(rc); err != nil {
 		w.errs = append(w.errs, fmt.Errorf("repartition %s: %w", op, err))

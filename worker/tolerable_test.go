@@ -144,17 +144,32 @@ type faultJob struct {
 	produced int
 }
 
-// startFaultJob starts the worker with cfg's defaults changed by mod and
-// opts (its Observer and Drain are the job's).
+// startFaultJob starts the worker of the count job with the test
+// configuration changed by mod, and opts (its Observer and Drain are the
+// job's).
 func startFaultJob(t *testing.T, mod func(*Config), opts Options) *faultJob {
+	t.Helper()
+	j := newFaultJob(t)
+	cfg := j.config(t)
+	mod(&cfg)
+	j.start(t, cfg, []Job{Pipeline("count", count.Decode, count.Encode, count.Build)}, opts)
+	return j
+}
+
+// newFaultJob creates the input and output topics, one partition each.
+func newFaultJob(t *testing.T) *faultJob {
 	t.Helper()
 	c := testcluster.Kafka(t)
 	j := &faultJob{cluster: c, in: testcluster.UniqueName(t, "in"), out: testcluster.UniqueName(t, "out"),
 		obs: newFaultObserver(), drain: make(chan struct{}), done: make(chan error, 1)}
 	c.CreateTopics(t, 1, j.in, j.out)
+	return j
+}
 
+// config is the tests' configuration: task 0, checkpoints every 100 ms.
+func (j *faultJob) config(t *testing.T) Config {
 	cfg := DefaultConfig()
-	cfg.Job, cfg.Name, cfg.Brokers, cfg.Input, cfg.Output = "count", testcluster.UniqueName(t, "count"), c.Brokers, j.in, j.out
+	cfg.Job, cfg.Name, cfg.Brokers, cfg.Input, cfg.Output = "count", testcluster.UniqueName(t, "job"), j.cluster.Brokers, j.in, j.out
 	cfg.Tasks = []int{0}
 	cfg.Checkpoints = "file://" + t.TempDir()
 	cfg.StateDir = t.TempDir()
@@ -162,8 +177,12 @@ func startFaultJob(t *testing.T, mod func(*Config), opts Options) *faultJob {
 	cfg.HTTPAddr = "off"
 	// Restarts come quickly: the backoff is capped at half of this.
 	cfg.RestartAllowance = 2 * time.Second
-	mod(&cfg)
+	return cfg
+}
 
+// start runs the worker until the test ends.
+func (j *faultJob) start(t *testing.T, cfg Config, jobs []Job, opts Options) {
+	t.Helper()
 	logs := &syncBuffer{} // shown if the test fails
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -173,7 +192,6 @@ func startFaultJob(t *testing.T, mod func(*Config), opts Options) *faultJob {
 	opts.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	opts.Observer, opts.Drain = j.obs, j.drain
 	ctx, cancel := context.WithCancel(context.Background())
-	jobs := []Job{Pipeline("count", count.Decode, count.Encode, count.Build)}
 	go func() { j.done <- Run(ctx, cfg, jobs, opts) }()
 	t.Cleanup(func() {
 		cancel()
@@ -183,7 +201,6 @@ func startFaultJob(t *testing.T, mod func(*Config), opts Options) *faultJob {
 			t.Errorf("worker did not stop within 30s of the cancel")
 		}
 	})
-	return j
 }
 
 // produce writes n more input records, keys k0..k59, values their index.
@@ -191,14 +208,23 @@ func (j *faultJob) produce(t *testing.T, n int) {
 	t.Helper()
 	rs := make([]*kgo.Record, 0, n)
 	for i := j.produced; i < j.produced+n; i++ {
-		rs = append(rs, &kgo.Record{Topic: j.in, Key: []byte("k" + strconv.Itoa(i%60)), Value: []byte(strconv.Itoa(i))})
+		rs = append(rs, &kgo.Record{Key: []byte("k" + strconv.Itoa(i%60)), Value: []byte(strconv.Itoa(i))})
+	}
+	j.produceRecords(t, rs...)
+}
+
+// produceRecords writes rs to the input.
+func (j *faultJob) produceRecords(t *testing.T, rs ...*kgo.Record) {
+	t.Helper()
+	for _, r := range rs {
+		r.Topic = j.in
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	if err := j.cluster.Client(t).ProduceSync(ctx, rs...).FirstErr(); err != nil {
 		t.Fatalf("produce to %s: %v", j.in, err)
 	}
-	j.produced += n
+	j.produced += len(rs)
 }
 
 // waitCovered waits for a completed checkpoint past every record produced.
@@ -232,10 +258,10 @@ func (j *faultJob) finish(t *testing.T) {
 	}
 	seen := map[string]map[int64]int{}
 	final := map[string]count.Out{}
-	for _, v := range out {
+	for _, r := range out {
 		var o count.Out
-		if err := json.Unmarshal(v, &o); err != nil {
-			t.Fatalf("output %q: %v", v, err)
+		if err := json.Unmarshal(r.Value, &o); err != nil {
+			t.Fatalf("output %q: %v", r.Value, err)
 		}
 		if seen[o.Key] == nil {
 			seen[o.Key] = map[int64]int{}
@@ -265,9 +291,9 @@ func (j *faultJob) finish(t *testing.T) {
 	}
 }
 
-// readCommittedOutput returns the values of topic's partition 0 read
+// readCommittedOutput returns the records of topic's partition 0 read
 // read_committed up to its last stable offset.
-func readCommittedOutput(t *testing.T, c *testcluster.Cluster, topic string) [][]byte {
+func readCommittedOutput(t *testing.T, c *testcluster.Cluster, topic string) []*kgo.Record {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
@@ -283,7 +309,7 @@ func readCommittedOutput(t *testing.T, c *testcluster.Cluster, topic string) [][
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AtStart()}}),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.KeepControlRecords())
-	var out [][]byte
+	var out []*kgo.Record
 	for next := int64(0); next < lso.Offset; {
 		fs := cl.PollFetches(ctx)
 		if err := fs.Err(); err != nil {
@@ -295,7 +321,7 @@ func readCommittedOutput(t *testing.T, c *testcluster.Cluster, topic string) [][
 			}
 			next = r.Offset + 1
 			if !r.Attrs.IsControl() {
-				out = append(out, r.Value)
+				out = append(out, r)
 			}
 		})
 	}

@@ -229,6 +229,8 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		Mode:                  runtime.ExactlyOnce,
 		StateBackend:          stateBackend(c, log),
 		StateDir:              stateDir,
+		BatchSize:             c.Memory.BatchSize,
+		ChannelCapacity:       c.Memory.ChannelCapacity,
 		AllowNonRestoredState: c.AllowNonRestoredState,
 		// The restart backoff must fit in the time CheckTimeout allowed
 		// for a restart, with room for the restore itself.

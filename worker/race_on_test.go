@@ -1,0 +1,6 @@
+//go:build race
+
+package worker
+
+// raceEnabled: the race detector multiplies memory and time.
+const raceEnabled = true
