@@ -253,6 +253,15 @@ func (e *drainedAfterFailureError) Error() string {
 }
 func (e *drainedAfterFailureError) Unwrap() error { return e.err }
 
+// DownWhenStopped reports whether err says a task was asked to stop while
+// it was down after a failure, between restarts: it had no final
+// checkpoint to take, and its next run (here or on another worker)
+// restores its last valid checkpoint.
+func DownWhenStopped(err error) bool {
+	var d *drainedAfterFailureError
+	return errors.As(err, &d)
+}
+
 func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) error {
 	id := h.id
 	backoff := cfg.RestartBackoff

@@ -369,6 +369,14 @@ func (w *worker) taskEnded(t int, err error) {
 	switch {
 	case err == nil, errors.Is(err, context.Canceled):
 		return
+	case runtime.DownWhenStopped(err) && len(w.cfg.Tasks) == 0 && !w.draining():
+		// The group moved a task that was down after a failure (a full
+		// disk here, say): its next owner restores its last valid
+		// checkpoint. The worker's other tasks are fine; only a drain
+		// of the whole worker must not pass such a task for a clean stop.
+		w.log.Warn("task handed over while down after a failure; its next owner restores its last checkpoint", "task", t, "err", err)
+		w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateStopped, time.Now(), err.Error() })
+		return
 	case errors.Is(err, runtime.ErrSuperseded) && len(w.cfg.Tasks) == 0:
 		w.log.Error("task stopped: a newer owner has it; giving it back to the group", "task", t, "err", err)
 		w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateSuperseded, time.Now(), err.Error() })
@@ -379,6 +387,12 @@ func (w *worker) taskEnded(t int, err error) {
 	}
 	w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateFailed, time.Now(), err.Error() })
 	w.fail(err)
+}
+
+// draining reports whether the whole worker is draining (SIGTERM).
+func (w *worker) draining() bool {
+	m := w.membership()
+	return m != nil && m.draining.Load()
 }
 
 func (w *worker) fail(err error) {
