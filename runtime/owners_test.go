@@ -221,7 +221,11 @@ func TestConcurrentOwners(t *testing.T) {
 	obs := &epochObserver{by: map[int64]int{}, cond: make(chan struct{}), want: 3, of: 9}
 	cfg := runtime.Config{
 		Storage: st, StateBackend: pebble(), Observer: obs, Retained: -1, CheckCommittables: store.check,
-		RestartBackoff: time.Millisecond, Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},
+		// The owners fail each other's attempts while both run; on a
+		// loaded machine enough failures in a row doubled the default
+		// backoff past the test's minute (a CI run found it).
+		RestartBackoff: time.Millisecond, MaxRestartBackoff: 50 * time.Millisecond,
+		Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},
 	}
 	exits := make(chan error, 2)
 	var runners []*runtime.Runner
