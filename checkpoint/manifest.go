@@ -94,7 +94,13 @@ func tasksDir(job string, task int) string { return job + "/tasks/" + strconv.It
 // ok is false for a name this package does not write there.
 func parseCheckpointObject(job string, task int, name string) (id ID, rest string, ok bool) {
 	prefix := tasksDir(job, task)
-	dir, rest, ok := strings.Cut(strings.TrimPrefix(name, prefix), "/")
+	// A name outside the task's folder is not one of its checkpoints, even
+	// if what follows looks like a checkpoint folder.
+	inTask, ok := strings.CutPrefix(name, prefix)
+	if !ok {
+		return 0, "", false
+	}
+	dir, rest, ok := strings.Cut(inTask, "/")
 	if !ok {
 		return 0, "", false
 	}

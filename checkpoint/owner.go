@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -128,7 +129,13 @@ func NextEpoch(ctx context.Context, st Storage, job string) (int64, error) {
 		now := time.Now()
 		next := now.UnixNano()
 		if len(have) > 0 {
-			next = max(next, have[len(have)-1]+1)
+			last := have[len(have)-1]
+			if last == math.MaxInt64 {
+				// No epoch is larger: fencing cannot go on, and last+1
+				// would wrap to the smallest.
+				return 0, fmt.Errorf("allocate an epoch for %s: epoch %d in storage is the largest there is", job, last)
+			}
+			next = max(next, last+1)
 		}
 		err = st.PutIfAbsent(ctx, fmt.Sprintf("%s%020d", dir, next), []byte(now.UTC().Format(time.RFC3339Nano)+"\n"))
 		if errors.Is(err, ErrExists) {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -179,7 +180,7 @@ func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle 
 	}
 	db, health, err := p.openDB(dir, lock, true)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("open the restored DB: %w", err)
+		return nil, nil, nil, fmt.Errorf("open the restored DB: %w", restoredDBError(handle, err))
 	}
 	cat, err := readCatalog(db)
 	if err == nil {
@@ -190,7 +191,7 @@ func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle 
 			}
 		}
 	} else {
-		err = fmt.Errorf("read catalog: %w", err)
+		err = fmt.Errorf("read catalog: %w", restoredDBError(handle, err))
 	}
 	if err != nil {
 		db.Close()
@@ -224,3 +225,59 @@ func download(ctx context.Context, st checkpoint.Storage, f checkpoint.FileRef, 
 	}
 	return err
 }
+
+// restoredDBError adds to an error of Pebble about a restored DB the
+// objects in checkpoint storage it is about. Every file passed its size
+// and checksum, so a file Pebble refuses was uploaded that way, and the
+// object is what an operator can look at; Pebble names only local files,
+// by name or, for a table, by its number. When it names none of them (a
+// bad OPTIONS file, say), the error lists the snapshot's own files, which
+// are few: the shared tables are many, and Pebble names those.
+func restoredDBError(handle checkpoint.StateHandle, err error) error {
+	msg := err.Error()
+	var named, own []string
+	for _, f := range handle.Files {
+		if mentionsFile(msg, f.Local) {
+			named = append(named, f.Name)
+		}
+		if !f.Shared {
+			own = append(own, f.Name)
+		}
+	}
+	if len(named) == 0 {
+		named = own
+	}
+	if len(named) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w (restored from %s)", err, strings.Join(named, ", "))
+}
+
+// mentionsFile says whether msg names the local file: by its name, or a
+// table or blob file by its number alone ("000004" for "000004.sst") as a
+// whole number, not part of a longer one.
+func mentionsFile(msg, local string) bool {
+	if local == "" {
+		return false
+	}
+	if strings.Contains(msg, local) {
+		return true
+	}
+	num := strings.TrimSuffix(strings.TrimSuffix(local, ".sst"), ".blob")
+	if num == local || num == "" {
+		return false
+	}
+	for i := 0; ; {
+		j := strings.Index(msg[i:], num)
+		if j < 0 {
+			return false
+		}
+		start, end := i+j, i+j+len(num)
+		if (start == 0 || !isDigit(msg[start-1])) && (end == len(msg) || !isDigit(msg[end])) {
+			return true
+		}
+		i = start + 1
+	}
+}
+
+func isDigit(c byte) bool { return '0' <= c && c <= '9' }

@@ -110,6 +110,10 @@ func appendJSONString(b []byte, s string) []byte {
 			b = append(b, '\\', 'r')
 		case '\t':
 			b = append(b, '\\', 't')
+		case '\b': // encoding/json escapes these two short since Go 1.22
+			b = append(b, '\\', 'b')
+		case '\f':
+			b = append(b, '\\', 'f')
 		default:
 			b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
 		}
