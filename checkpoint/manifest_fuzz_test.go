@@ -11,14 +11,14 @@ import (
 	"hash/crc32"
 	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"testing/iotest"
 	"time"
 	"unicode/utf8"
+
+	"github.com/weirstream/weir/internal/fuzzseed"
 )
 
 // Fuzz targets for everything this package parses out of checkpoint
@@ -28,50 +28,8 @@ import (
 //
 //	go test -run '^$' -fuzz '^FuzzDecodeManifest$' -fuzztime 5m -parallel 1 ./checkpoint
 
-// fuzzSeed is one seed of a fuzz target: its arguments, in the target's
-// order, and the name of its file under testdata/fuzz/<target>/.
-type fuzzSeed struct {
-	name string
-	args []any
-}
-
-// addSeeds adds the seeds to f. With WEIR_WRITE_FUZZ_SEEDS=1 it also
-// writes them under testdata/fuzz/<target>/, where they stay: the valid
-// ones freeze what today's encoders write, so that a later change of the
-// format still has to read it (old checkpoints stay in storage).
-func addSeeds(f *testing.F, seeds []fuzzSeed) {
-	f.Helper()
-	write := os.Getenv("WEIR_WRITE_FUZZ_SEEDS") == "1"
-	dir := filepath.Join("testdata", "fuzz", f.Name())
-	for _, s := range seeds {
-		f.Add(s.args...)
-		if !write {
-			continue
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			f.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, s.name), corpusFile(s.args...), 0o644); err != nil {
-			f.Fatal(err)
-		}
-	}
-}
-
-// corpusFile is args in the "go test fuzz v1" format.
-func corpusFile(args ...any) []byte {
-	b := []byte("go test fuzz v1\n")
-	for _, a := range args {
-		switch v := a.(type) {
-		case []byte:
-			b = fmt.Appendf(b, "[]byte(%q)\n", v)
-		case string:
-			b = fmt.Appendf(b, "string(%q)\n", v)
-		default:
-			b = fmt.Appendf(b, "%T(%v)\n", v, v)
-		}
-	}
-	return b
-}
+// fuzzSeed is one seed of a fuzz target (internal/fuzzseed).
+type fuzzSeed = fuzzseed.Seed
 
 // sealManifest wraps body in an envelope whose checksum matches it, so
 // that the fuzzer reaches the body's decoding: it would never find a
@@ -154,17 +112,17 @@ func FuzzDecodeManifest(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	addSeeds(f, []fuzzSeed{
-		{"valid", []any{good, false}},
-		{"valid-minimal", []any{minimal, false}},
-		{"valid-body", []any{body, true}},
-		{"corrupt-sha256", []any{bytes.Replace(good, []byte(`"sha256": "`), []byte(`"sha256": "0`), 1), false}},
-		{"corrupt-offset", []any{bytes.Replace(good, []byte(`"offset": 1234`), []byte(`"offset": 1235`), 1), false}},
-		{"truncated", []any{good[:len(good)/2], false}},
-		{"future-version", []any{bytes.Replace(good, []byte(`"version": 1`), []byte(`"version": 2`), 1), false}},
-		{"body-version-mismatch", []any{[]byte(`{"version":2,"job":"job","checkpoint":1}`), true}},
-		{"body-wrong-types", []any{[]byte(`{"version":1,"job":7,"task":"x","operators":{}}`), true}},
-		{"body-bad-time", []any{[]byte(`{"version":1,"job":"job","checkpoint":1,"timestamp":"2026-13-01T00:00:00Z"}`), true}},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "valid", Args: []any{good, false}},
+		{Name: "valid-minimal", Args: []any{minimal, false}},
+		{Name: "valid-body", Args: []any{body, true}},
+		{Name: "corrupt-sha256", Args: []any{bytes.Replace(good, []byte(`"sha256": "`), []byte(`"sha256": "0`), 1), false}},
+		{Name: "corrupt-offset", Args: []any{bytes.Replace(good, []byte(`"offset": 1234`), []byte(`"offset": 1235`), 1), false}},
+		{Name: "truncated", Args: []any{good[:len(good)/2], false}},
+		{Name: "future-version", Args: []any{bytes.Replace(good, []byte(`"version": 1`), []byte(`"version": 2`), 1), false}},
+		{Name: "body-version-mismatch", Args: []any{[]byte(`{"version":2,"job":"job","checkpoint":1}`), true}},
+		{Name: "body-wrong-types", Args: []any{[]byte(`{"version":1,"job":7,"task":"x","operators":{}}`), true}},
+		{Name: "body-bad-time", Args: []any{[]byte(`{"version":1,"job":"job","checkpoint":1,"timestamp":"2026-13-01T00:00:00Z"}`), true}},
 	})
 	f.Fuzz(func(t *testing.T, b []byte, seal bool) {
 		if seal {
@@ -228,12 +186,12 @@ func checkReadManifest(t *testing.T, b []byte, m Manifest, decodeErr error) {
 // strings are UTF-8 (encoding/json replaces invalid bytes); encoding what
 // a decode gave back writes the same bytes again.
 func FuzzManifestRoundTrip(f *testing.F) {
-	addSeeds(f, []fuzzSeed{
-		{"typical", []any{"orders", 3, uint64(17), int64(42), int64(1778051289123456789), "count", "orders/shared/3/abc-000001.sst", "000001.sst",
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "typical", Args: []any{"orders", 3, uint64(17), int64(42), int64(1778051289123456789), "count", "orders/shared/3/abc-000001.sst", "000001.sst",
 			int64(200), "0a1b2c3d", true, "in", int32(3), int64(1234), "orders-3-1", int64(7), int16(2), []byte(`{"x":1}`)}},
-		{"odd-strings", []any{"a<&>\u2028", -1, uint64(1<<64 - 1), int64(-1), int64(-1 << 63), "\x00\"\\", "\xff\xfe", "",
+		{Name: "odd-strings", Args: []any{"a<&>\u2028", -1, uint64(1<<64 - 1), int64(-1), int64(-1 << 63), "\x00\"\\", "\xff\xfe", "",
 			int64(-5), "", false, "\t", int32(-1 << 31), int64(-1 << 63), "é", int64(-1 << 63), int16(-1 << 15), []byte(` [ 1 , "<" ] `)}},
-		{"bad-data", []any{"j", 0, uint64(1), int64(1), int64(0), "op", "n", "l", int64(1), "", false, "", int32(0), int64(0), "t", int64(0), int16(0), []byte(`{`)}},
+		{Name: "bad-data", Args: []any{"j", 0, uint64(1), int64(1), int64(0), "op", "n", "l", int64(1), "", false, "", int32(0), int64(0), "t", int64(0), int16(0), []byte(`{`)}},
 	})
 	f.Fuzz(func(t *testing.T, job string, task int, id uint64, epoch, ts int64, op, file, local string, size int64, crc string, shared bool,
 		topic string, partition int32, offset int64, txn string, pid int64, pepoch int16, data []byte) {
@@ -308,16 +266,16 @@ func allUTF8(ss ...string) bool {
 // take a name for one they did not write; and the names this package
 // writes parse back to what made them.
 func FuzzObjectNames(f *testing.F) {
-	addSeeds(f, []fuzzSeed{
-		{"manifest", []any{"job", 3, uint64(17), "manifest.json", ManifestName("job", 3, 17)}},
-		{"owner-file", []any{"job", 0, uint64(1), "e42-abc/op/state", OwnerDir("job", 0, 1, 42, "abc") + "op/state"}},
-		{"claim", []any{"job", 1, uint64(0), "", claimName("job", 1, 42)}},
-		{"epoch", []any{"job", 0, uint64(0), "", fmt.Sprintf("%s%020d", epochsDir("job"), 7)}},
-		{"epoch-max", []any{"job", 0, uint64(0), "", fmt.Sprintf("%s%020d", epochsDir("job"), int64(math.MaxInt64))}},
-		{"short-id", []any{"job", 0, uint64(5), "x", "job/tasks/0/chk-5/manifest.json"}},
-		{"signed-id", []any{"job", 0, uint64(5), "x", "job/tasks/0/chk-+0000000000000000005/manifest.json"}},
-		{"negative-claim", []any{"job", 0, uint64(0), "", "job/tasks/0/owner--0000000000000000001"}},
-		{"huge-id", []any{"job", 0, uint64(1<<64 - 1), "manifest.json", "job/tasks/0/chk-99999999999999999999/manifest.json"}},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "manifest", Args: []any{"job", 3, uint64(17), "manifest.json", ManifestName("job", 3, 17)}},
+		{Name: "owner-file", Args: []any{"job", 0, uint64(1), "e42-abc/op/state", OwnerDir("job", 0, 1, 42, "abc") + "op/state"}},
+		{Name: "claim", Args: []any{"job", 1, uint64(0), "", claimName("job", 1, 42)}},
+		{Name: "epoch", Args: []any{"job", 0, uint64(0), "", fmt.Sprintf("%s%020d", epochsDir("job"), 7)}},
+		{Name: "epoch-max", Args: []any{"job", 0, uint64(0), "", fmt.Sprintf("%s%020d", epochsDir("job"), int64(math.MaxInt64))}},
+		{Name: "short-id", Args: []any{"job", 0, uint64(5), "x", "job/tasks/0/chk-5/manifest.json"}},
+		{Name: "signed-id", Args: []any{"job", 0, uint64(5), "x", "job/tasks/0/chk-+0000000000000000005/manifest.json"}},
+		{Name: "negative-claim", Args: []any{"job", 0, uint64(0), "", "job/tasks/0/owner--0000000000000000001"}},
+		{Name: "huge-id", Args: []any{"job", 0, uint64(1<<64 - 1), "manifest.json", "job/tasks/0/chk-99999999999999999999/manifest.json"}},
 	})
 	f.Fuzz(func(t *testing.T, job string, task int, id uint64, rest, name string) {
 		// Names this package makes parse back.
@@ -377,14 +335,14 @@ func FuzzObjectNames(f *testing.F) {
 // always verifies. The reads come one byte at a time too, as a network
 // stream may deliver them.
 func FuzzReadVerified(f *testing.F) {
-	addSeeds(f, []fuzzSeed{
-		{"matches", []any{[]byte("state"), false, int64(-1), "", false}},
-		{"matches-sha256", []any{[]byte("state"), true, int64(-1), "", true}},
-		{"short", []any{[]byte("stat"), false, int64(5), "a8a8b38e", false}},
-		{"long", []any{[]byte("states"), false, int64(5), "a8a8b38e", true}},
-		{"no-checksum", []any{[]byte("state"), false, int64(5), "", false}},
-		{"uppercase-checksum", []any{[]byte("state"), false, int64(5), "A8A8B38E", false}},
-		{"negative-size", []any{[]byte(""), false, int64(-5), "00000000", false}},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "matches", Args: []any{[]byte("state"), false, int64(-1), "", false}},
+		{Name: "matches-sha256", Args: []any{[]byte("state"), true, int64(-1), "", true}},
+		{Name: "short", Args: []any{[]byte("stat"), false, int64(5), "a8a8b38e", false}},
+		{Name: "long", Args: []any{[]byte("states"), false, int64(5), "a8a8b38e", true}},
+		{Name: "no-checksum", Args: []any{[]byte("state"), false, int64(5), "", false}},
+		{Name: "uppercase-checksum", Args: []any{[]byte("state"), false, int64(5), "A8A8B38E", false}},
+		{Name: "negative-size", Args: []any{[]byte(""), false, int64(-5), "00000000", false}},
 	})
 	f.Fuzz(func(t *testing.T, data []byte, useSHA bool, size int64, sum string, oneByte bool) {
 		ctx := context.Background()

@@ -6,6 +6,8 @@ import (
 	"math"
 	"reflect"
 	"testing"
+
+	"github.com/weirstream/weir/internal/fuzzseed"
 )
 
 // fuzzRecord is a structured value for the JSON codec: nested, with the
@@ -29,19 +31,19 @@ type fuzzRecord struct {
 // the JSON codec decodes encodes to bytes that decode to the same value
 // and encode the same again.
 func FuzzCodecs(f *testing.F) {
-	addSeeds(f, []fuzzSeed{
-		{"int64-min", []any{Int64().Append(nil, math.MinInt64)}},
-		{"int64-minus-one", []any{Int64().Append(nil, -1)}},
-		{"uint64-max", []any{Uint64().Append(nil, math.MaxUint64)}},
-		{"float64-minus-zero", []any{Float64().Append(nil, math.Copysign(0, -1))}},
-		{"float64-nan-payload", []any{Float64().Append(nil, math.Float64frombits(0x7ff8_0000_dead_beef))}},
-		{"float64-minus-inf", []any{Float64().Append(nil, math.Inf(-1))}},
-		{"short", []any{[]byte{1, 2, 3}}},
-		{"json-record", []any{JSON[fuzzRecord]().Append(nil, fuzzRecord{Name: "a<b", N: -1, F: 0.1, Tags: []string{"x"},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "int64-min", Args: []any{Int64().Append(nil, math.MinInt64)}},
+		{Name: "int64-minus-one", Args: []any{Int64().Append(nil, -1)}},
+		{Name: "uint64-max", Args: []any{Uint64().Append(nil, math.MaxUint64)}},
+		{Name: "float64-minus-zero", Args: []any{Float64().Append(nil, math.Copysign(0, -1))}},
+		{Name: "float64-nan-payload", Args: []any{Float64().Append(nil, math.Float64frombits(0x7ff8_0000_dead_beef))}},
+		{Name: "float64-minus-inf", Args: []any{Float64().Append(nil, math.Inf(-1))}},
+		{Name: "short", Args: []any{[]byte{1, 2, 3}}},
+		{Name: "json-record", Args: []any{JSON[fuzzRecord]().Append(nil, fuzzRecord{Name: "a<b", N: -1, F: 0.1, Tags: []string{"x"},
 			Attrs: map[string]uint16{"k": 7}, Raw: []byte{0, 255}, Next: &fuzzRecord{Name: "é"}})}},
-		{"json-any", []any{[]byte(`{"a":[1,2.5e-300,"\u00e9",null,true],"b":{"c":{}}}`)}},
-		{"json-bad-utf8", []any{[]byte("\"\xff\\ud800\"")}},
-		{"json-overflow", []any{[]byte(`{"attrs":{"k":70000},"n":1e30}`)}},
+		{Name: "json-any", Args: []any{[]byte(`{"a":[1,2.5e-300,"\u00e9",null,true],"b":{"c":{}}}`)}},
+		{Name: "json-bad-utf8", Args: []any{[]byte("\"\xff\\ud800\"")}},
+		{Name: "json-overflow", Args: []any{[]byte(`{"attrs":{"k":70000},"n":1e30}`)}},
 	})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		fixedWidth(t, "int64", Int64(), b)
@@ -113,12 +115,12 @@ func jsonRoundTrip[T any](t *testing.T, c Codec[T], b []byte) {
 // FuzzCodecOrder: the fixed-width codecs keep numeric order in byte
 // order, which Map.Range and timers rely on.
 func FuzzCodecOrder(f *testing.F) {
-	addSeeds(f, []fuzzSeed{
-		{"signs", []any{uint64(1), uint64(1 << 63)}},
-		{"zeros", []any{uint64(0), uint64(1 << 63)}},
-		{"infinities", []any{math.Float64bits(math.Inf(-1)), math.Float64bits(math.Inf(1))}},
-		{"nan-and-one", []any{math.Float64bits(math.NaN()), math.Float64bits(1)}},
-		{"adjacent", []any{uint64(math.MaxInt64), uint64(math.MaxInt64) + 1}},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "signs", Args: []any{uint64(1), uint64(1 << 63)}},
+		{Name: "zeros", Args: []any{uint64(0), uint64(1 << 63)}},
+		{Name: "infinities", Args: []any{math.Float64bits(math.Inf(-1)), math.Float64bits(math.Inf(1))}},
+		{Name: "nan-and-one", Args: []any{math.Float64bits(math.NaN()), math.Float64bits(1)}},
+		{Name: "adjacent", Args: []any{uint64(math.MaxInt64), uint64(math.MaxInt64) + 1}},
 	})
 	f.Fuzz(func(t *testing.T, a, b uint64) {
 		order := func(name string, less, equal bool, ea, eb []byte) {

@@ -5,14 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/fuzzseed"
 )
 
 // Fuzz targets for what this package reads back from checkpoint storage
@@ -23,50 +22,8 @@ import (
 //
 //	go test -run '^$' -fuzz '^FuzzDecodeTable$' -fuzztime 5m -parallel 1 ./state
 
-// fuzzSeed is one seed of a fuzz target: its arguments, in the target's
-// order, and the name of its file under testdata/fuzz/<target>/.
-type fuzzSeed struct {
-	name string
-	args []any
-}
-
-// addSeeds adds the seeds to f. With WEIR_WRITE_FUZZ_SEEDS=1 it also
-// writes them under testdata/fuzz/<target>/, where they stay: the valid
-// ones freeze what today's encoders write, so that a later change of the
-// format still has to read it (old checkpoints stay in storage).
-func addSeeds(f *testing.F, seeds []fuzzSeed) {
-	f.Helper()
-	write := os.Getenv("WEIR_WRITE_FUZZ_SEEDS") == "1"
-	dir := filepath.Join("testdata", "fuzz", f.Name())
-	for _, s := range seeds {
-		f.Add(s.args...)
-		if !write {
-			continue
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			f.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, s.name), corpusFile(s.args...), 0o644); err != nil {
-			f.Fatal(err)
-		}
-	}
-}
-
-// corpusFile is args in the "go test fuzz v1" format.
-func corpusFile(args ...any) []byte {
-	b := []byte("go test fuzz v1\n")
-	for _, a := range args {
-		switch v := a.(type) {
-		case []byte:
-			b = fmt.Appendf(b, "[]byte(%q)\n", v)
-		case string:
-			b = fmt.Appendf(b, "string(%q)\n", v)
-		default:
-			b = fmt.Appendf(b, "%T(%v)\n", v, v)
-		}
-	}
-	return b
-}
+// fuzzSeed is one seed of a fuzz target (internal/fuzzseed).
+type fuzzSeed = fuzzseed.Seed
 
 // memoryFiles returns the files a memory backend uploads for one value,
 // one list and one map table with awkward keys and values.
@@ -136,22 +93,22 @@ func FuzzDecodeTable(f *testing.F) {
 	files := memoryFiles(f)
 	counts, events, seen := files["counts"], files["events"], files["seen"]
 	nested := string(appendRecordPart(appendRecordPart([]byte{1}, []byte("u")), []byte("v")))
-	addSeeds(f, []fuzzSeed{
-		{"value", []any{counts}},
-		{"list", []any{events}},
-		{"map", []any{seen}},
-		{"v1-value", []any{version1File(kindValue, "v", "a", "1", "bb", strings.Repeat("y", 200))}},
-		{"v1-map", []any{version1File(kindMap, "m", "k", nested)}},
-		{"v1-duplicate-keys", []any{version1File(kindValue, "v", "a", "1", "a", "2")}},
-		{"bad-magic", []any{append([]byte("WEIRMEN"), counts[7:]...)}},
-		{"future-version", []any{append(append([]byte(fileMagic), 3), counts[8:]...)}},
-		{"unknown-kind", []any{append(append([]byte(fileMagic), formatVersion, 4), counts[9:]...)}},
-		{"truncated", []any{seen[:len(seen)-1]}},
-		{"trailing-byte", []any{append(bytes.Clone(events), 0)}},
-		{"count-past-end", []any{[]byte("WEIRMEM\x02\x01\x01t\x05")}},
-		{"map-out-of-order", []any{version1File(kindMap, "m", "k", "\x02\x01b\x00\x01a\x00")}},
-		{"bad-list-item", []any{version1File(kindList, "l", "k", "\x05ab")}},
-		{"huge-varint", []any{[]byte("WEIRMEM\x02\x01\x01t\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")}},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "value", Args: []any{counts}},
+		{Name: "list", Args: []any{events}},
+		{Name: "map", Args: []any{seen}},
+		{Name: "v1-value", Args: []any{version1File(kindValue, "v", "a", "1", "bb", strings.Repeat("y", 200))}},
+		{Name: "v1-map", Args: []any{version1File(kindMap, "m", "k", nested)}},
+		{Name: "v1-duplicate-keys", Args: []any{version1File(kindValue, "v", "a", "1", "a", "2")}},
+		{Name: "bad-magic", Args: []any{append([]byte("WEIRMEN"), counts[7:]...)}},
+		{Name: "future-version", Args: []any{append(append([]byte(fileMagic), 3), counts[8:]...)}},
+		{Name: "unknown-kind", Args: []any{append(append([]byte(fileMagic), formatVersion, 4), counts[9:]...)}},
+		{Name: "truncated", Args: []any{seen[:len(seen)-1]}},
+		{Name: "trailing-byte", Args: []any{append(bytes.Clone(events), 0)}},
+		{Name: "count-past-end", Args: []any{[]byte("WEIRMEM\x02\x01\x01t\x05")}},
+		{Name: "map-out-of-order", Args: []any{version1File(kindMap, "m", "k", "\x02\x01b\x00\x01a\x00")}},
+		{Name: "bad-list-item", Args: []any{version1File(kindList, "l", "k", "\x05ab")}},
+		{Name: "huge-varint", Args: []any{[]byte("WEIRMEM\x02\x01\x01t\x01\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01")}},
 	})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		ctx := context.Background()

@@ -11,21 +11,22 @@ import (
 	"testing"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/fuzzseed"
 )
 
 // FuzzCatalogEntry: a catalog value of a restored DB decodes to an entry
 // of a known kind and a table id other than the catalog's, or fails;
 // a decoded entry encodes to a value that decodes to it again.
 func FuzzCatalogEntry(f *testing.F) {
-	addSeeds(f, []fuzzSeed{
-		{"value-1", []any{catalogEntry{kind: kindValue, id: 1}.encode()}},
-		{"map-300", []any{catalogEntry{kind: kindMap, id: 300}.encode()}},
-		{"list-max", []any{catalogEntry{kind: kindList, id: 1<<64 - 1}.encode()}},
-		{"catalog-id", []any{[]byte{byte(kindValue), catalogID}}},
-		{"unknown-kind", []any{[]byte{9, 1}}},
-		{"trailing-byte", []any{[]byte{byte(kindValue), 1, 0}}},
-		{"long-varint", []any{[]byte{byte(kindValue), 0x81, 0x80, 0x00}}},
-		{"overflow", []any{[]byte{byte(kindMap), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}}},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "value-1", Args: []any{catalogEntry{kind: kindValue, id: 1}.encode()}},
+		{Name: "map-300", Args: []any{catalogEntry{kind: kindMap, id: 300}.encode()}},
+		{Name: "list-max", Args: []any{catalogEntry{kind: kindList, id: 1<<64 - 1}.encode()}},
+		{Name: "catalog-id", Args: []any{[]byte{byte(kindValue), catalogID}}},
+		{Name: "unknown-kind", Args: []any{[]byte{9, 1}}},
+		{Name: "trailing-byte", Args: []any{[]byte{byte(kindValue), 1, 0}}},
+		{Name: "long-varint", Args: []any{[]byte{byte(kindValue), 0x81, 0x80, 0x00}}},
+		{Name: "overflow", Args: []any{[]byte{byte(kindMap), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}}},
 	})
 	f.Fuzz(func(t *testing.T, v []byte) {
 		e, err := decodeCatalogEntry(v)
@@ -48,12 +49,12 @@ func FuzzCatalogEntry(f *testing.F) {
 // no escaped key is a prefix of another (else one key's entries would
 // show up under another); and no stored bytes make cutEscaped panic.
 func FuzzMapKey(f *testing.F) {
-	addSeeds(f, []fuzzSeed{
-		{"plain", []any{[]byte("k"), []byte("u"), []byte("k2")}},
-		{"zeros", []any{[]byte("\x00"), []byte("\x00\x01"), []byte("\x00\x00")}},
-		{"escape-lookalike", []any{[]byte("a\x00\xff"), []byte(""), []byte("a\x00")}},
-		{"ff", []any{[]byte("\xff"), []byte("\xff"), []byte("\xff\x00")}},
-		{"empty", []any{[]byte(""), []byte(""), []byte("\x01")}},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "plain", Args: []any{[]byte("k"), []byte("u"), []byte("k2")}},
+		{Name: "zeros", Args: []any{[]byte("\x00"), []byte("\x00\x01"), []byte("\x00\x00")}},
+		{Name: "escape-lookalike", Args: []any{[]byte("a\x00\xff"), []byte(""), []byte("a\x00")}},
+		{Name: "ff", Args: []any{[]byte("\xff"), []byte("\xff"), []byte("\xff\x00")}},
+		{Name: "empty", Args: []any{[]byte(""), []byte(""), []byte("\x01")}},
 	})
 	f.Fuzz(func(t *testing.T, key, userKey, other []byte) {
 		stored := append(appendEscaped([]byte("pre"), key)[3:], userKey...)
@@ -83,12 +84,12 @@ func FuzzMapKey(f *testing.F) {
 // returns is "<instance>/<shared file name>"; and of a list written in
 // the format, it returns exactly the whole lines, whatever the cut.
 func FuzzRestoredList(f *testing.F) {
-	addSeeds(f, []fuzzSeed{
-		{"two-files", []any{[]byte("inst1/000004.sst\ninst2/000007.blob\n"), "job/shared/0/inst3/000009.sst", "000009.sst", uint16(20)}},
-		{"torn", []any{[]byte("inst1/000004.sst\ninst1/0000"), "x/i/1.sst", "1.sst", uint16(5)}},
-		{"not-shared", []any{[]byte("inst1/MANIFEST-000001\n/000004.sst\ninst/a/b.sst\n"), "x/i/OPTIONS-1", "OPTIONS-1", uint16(0)}},
-		{"newline-in-name", []any{[]byte(""), "x/in\nst/1.sst", "1.sst", uint16(3)}},
-		{"no-instance", []any{[]byte("\n\n"), "1.sst", "1.sst", uint16(1)}},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "two-files", Args: []any{[]byte("inst1/000004.sst\ninst2/000007.blob\n"), "job/shared/0/inst3/000009.sst", "000009.sst", uint16(20)}},
+		{Name: "torn", Args: []any{[]byte("inst1/000004.sst\ninst1/0000"), "x/i/1.sst", "1.sst", uint16(5)}},
+		{Name: "not-shared", Args: []any{[]byte("inst1/MANIFEST-000001\n/000004.sst\ninst/a/b.sst\n"), "x/i/OPTIONS-1", "OPTIONS-1", uint16(0)}},
+		{Name: "newline-in-name", Args: []any{[]byte(""), "x/in\nst/1.sst", "1.sst", uint16(3)}},
+		{Name: "no-instance", Args: []any{[]byte("\n\n"), "1.sst", "1.sst", uint16(1)}},
 	})
 	dir := f.TempDir()
 	path := filepath.Join(dir, restoredList)
@@ -261,12 +262,12 @@ func FuzzPebbleRestore(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	addSeeds(f, []fuzzSeed{
-		{"sst-byte", []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return f.Shared })), uint32(100), []byte{0xff}, false}},
-		{"sst-cut", []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return f.Shared })), uint32(1000), []byte{}, true}},
-		{"manifest-byte", []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return strings.HasPrefix(f.Local, "MANIFEST-") })), uint32(20), []byte{0, 0, 0, 0}, false}},
-		{"options-cut", []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return strings.HasPrefix(f.Local, "OPTIONS-") })), uint32(40), []byte{}, true}},
-		{"marker", []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return strings.HasPrefix(f.Local, "marker.") })), uint32(0), []byte("x"), false}},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "sst-byte", Args: []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return f.Shared })), uint32(100), []byte{0xff}, false}},
+		{Name: "sst-cut", Args: []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return f.Shared })), uint32(1000), []byte{}, true}},
+		{Name: "manifest-byte", Args: []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return strings.HasPrefix(f.Local, "MANIFEST-") })), uint32(20), []byte{0, 0, 0, 0}, false}},
+		{Name: "options-cut", Args: []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return strings.HasPrefix(f.Local, "OPTIONS-") })), uint32(40), []byte{}, true}},
+		{Name: "marker", Args: []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return strings.HasPrefix(f.Local, "marker.") })), uint32(0), []byte("x"), false}},
 	})
 	f.Fuzz(func(t *testing.T, which uint8, offset uint32, patch []byte, cut bool) {
 		bad := h

@@ -3,7 +3,6 @@ package worker
 import (
 	"errors"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/weirstream/weir/internal/cli"
+	"github.com/weirstream/weir/internal/fuzzseed"
 )
 
 // Fuzz targets for the worker's configuration: a setting's value from the
@@ -24,43 +24,8 @@ import (
 //
 //	go test -run '^$' -fuzz '^FuzzParseSetting$' -fuzztime 5m -parallel 1 ./worker
 
-// fuzzSeed is one seed of a fuzz target: its arguments, in the target's
-// order, and the name of its file under testdata/fuzz/<target>/.
-type fuzzSeed struct {
-	name string
-	args []any
-}
-
-// addSeeds adds the seeds to f. With WEIR_WRITE_FUZZ_SEEDS=1 it also
-// writes them under testdata/fuzz/<target>/, where they stay.
-func addSeeds(f *testing.F, seeds []fuzzSeed) {
-	f.Helper()
-	write := os.Getenv("WEIR_WRITE_FUZZ_SEEDS") == "1"
-	dir := filepath.Join("testdata", "fuzz", f.Name())
-	for _, s := range seeds {
-		f.Add(s.args...)
-		if !write {
-			continue
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			f.Fatal(err)
-		}
-		b := []byte("go test fuzz v1\n")
-		for _, a := range s.args {
-			switch v := a.(type) {
-			case []byte:
-				b = fmt.Appendf(b, "[]byte(%q)\n", v)
-			case string:
-				b = fmt.Appendf(b, "string(%q)\n", v)
-			default:
-				b = fmt.Appendf(b, "%T(%v)\n", v, v)
-			}
-		}
-		if err := os.WriteFile(filepath.Join(dir, s.name), b, 0o644); err != nil {
-			f.Fatal(err)
-		}
-	}
-}
+// fuzzSeed is one seed of a fuzz target (internal/fuzzseed).
+type fuzzSeed = fuzzseed.Seed
 
 // fuzzedSettings are the flags FuzzParseSetting sets, sorted. Not those
 // that name a file to read (--config and the *-file ones): a fuzzed path
@@ -94,29 +59,29 @@ const (
 // a usage error that names the setting.
 func FuzzParseSetting(f *testing.F) {
 	names := fuzzedSettings()
-	addSeeds(f, []fuzzSeed{
-		{"interval", []any{"interval", "250ms", uint8(onCommandLine)}},
-		{"bad-interval", []any{"interval", "1 second", uint8(inEnvironment)}},
-		{"zero-interval", []any{"interval", "0", uint8(inFile)}},
-		{"brokers", []any{"brokers", " a:1, [::1]:2 ,", uint8(inFile)}},
-		{"bad-broker", []any{"brokers", "localhost", uint8(onCommandLine)}},
-		{"tasks", []any{"tasks", "0,2,1", uint8(inEnvironment)}},
-		{"tasks-twice", []any{"tasks", "1,1", uint8(onCommandLine)}},
-		{"tasks-overflow", []any{"tasks", "99999999999999999999", uint8(inFile)}},
-		{"memtable", []any{"state-memtable-size", "4GiB", uint8(onCommandLine)}},
-		{"cache-unit", []any{"state-cache-size", "64MB", uint8(inEnvironment)}},
-		{"start-time", []any{"start", "2026-01-02T03:04:05+01:00", uint8(inFile)}},
-		{"start-bad", []any{"start", "yesterday", uint8(onCommandLine)}},
-		{"checkpoints-s3", []any{"checkpoints", "s3://b/p?region=eu-west-1&part_size=x", uint8(onCommandLine)}},
-		{"checkpoints-s3-user", []any{"checkpoints", "s3://k:s@b/p", uint8(inEnvironment)}},
-		{"same-topics", []any{"input", "out", uint8(onCommandLine)}},
-		{"epoch-without-tasks", []any{"epoch", "7", uint8(inFile)}},
-		{"session-timeout", []any{"session-timeout", "2s", uint8(onCommandLine)}},
-		{"tolerable-failures", []any{"tolerable-failures", "100", uint8(inEnvironment)}},
-		{"http-addr", []any{"http-addr", "no-port", uint8(inFile)}},
-		{"log-level", []any{"log-level", "DEBUG+2", uint8(onCommandLine)}},
-		{"bool", []any{"allow-non-restored-state", "maybe", uint8(inEnvironment)}},
-		{"yaml-looking", []any{"delivery", "[exactly-once]", uint8(inFile)}},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "interval", Args: []any{"interval", "250ms", uint8(onCommandLine)}},
+		{Name: "bad-interval", Args: []any{"interval", "1 second", uint8(inEnvironment)}},
+		{Name: "zero-interval", Args: []any{"interval", "0", uint8(inFile)}},
+		{Name: "brokers", Args: []any{"brokers", " a:1, [::1]:2 ,", uint8(inFile)}},
+		{Name: "bad-broker", Args: []any{"brokers", "localhost", uint8(onCommandLine)}},
+		{Name: "tasks", Args: []any{"tasks", "0,2,1", uint8(inEnvironment)}},
+		{Name: "tasks-twice", Args: []any{"tasks", "1,1", uint8(onCommandLine)}},
+		{Name: "tasks-overflow", Args: []any{"tasks", "99999999999999999999", uint8(inFile)}},
+		{Name: "memtable", Args: []any{"state-memtable-size", "4GiB", uint8(onCommandLine)}},
+		{Name: "cache-unit", Args: []any{"state-cache-size", "64MB", uint8(inEnvironment)}},
+		{Name: "start-time", Args: []any{"start", "2026-01-02T03:04:05+01:00", uint8(inFile)}},
+		{Name: "start-bad", Args: []any{"start", "yesterday", uint8(onCommandLine)}},
+		{Name: "checkpoints-s3", Args: []any{"checkpoints", "s3://b/p?region=eu-west-1&part_size=x", uint8(onCommandLine)}},
+		{Name: "checkpoints-s3-user", Args: []any{"checkpoints", "s3://k:s@b/p", uint8(inEnvironment)}},
+		{Name: "same-topics", Args: []any{"input", "out", uint8(onCommandLine)}},
+		{Name: "epoch-without-tasks", Args: []any{"epoch", "7", uint8(inFile)}},
+		{Name: "session-timeout", Args: []any{"session-timeout", "2s", uint8(onCommandLine)}},
+		{Name: "tolerable-failures", Args: []any{"tolerable-failures", "100", uint8(inEnvironment)}},
+		{Name: "http-addr", Args: []any{"http-addr", "no-port", uint8(inFile)}},
+		{Name: "log-level", Args: []any{"log-level", "DEBUG+2", uint8(onCommandLine)}},
+		{Name: "bool", Args: []any{"allow-non-restored-state", "maybe", uint8(inEnvironment)}},
+		{Name: "yaml-looking", Args: []any{"delivery", "[exactly-once]", uint8(inFile)}},
 	})
 	dir := f.TempDir()
 	f.Fuzz(func(t *testing.T, which, value string, where uint8) {
@@ -217,21 +182,21 @@ func checkNamesSetting(t *testing.T, err error, name, path, value string) {
 // FuzzConfigFile: no settings file makes Parse panic; every error it
 // reports names the file or the setting it is about.
 func FuzzConfigFile(f *testing.F) {
-	addSeeds(f, []fuzzSeed{
-		{"valid", []any{[]byte("input: in\noutput: out\nbrokers: [a:1, b:2]\ntasks:\n  - 0\n  - 3\ninterval: 500ms\nstate-backend: memory\n")}},
-		{"unknown-key", []any{[]byte("input: in\noutput: out\nbroker: a:1\n")}},
-		{"config-key", []any{[]byte("config: other.yaml\n")}},
-		{"nested", []any{[]byte("input: {topic: in}\noutput: [[out]]\n")}},
-		{"bad-values", []any{[]byte("input: in\noutput: out\ninterval: soon\ntasks: x\nstate-cache-size: 1TB\n")}},
-		{"not-a-mapping", []any{[]byte("- input\n- output\n")}},
-		{"scalar", []any{[]byte("in\n")}},
-		{"syntax", []any{[]byte("input: [in\n")}},
-		{"duplicate", []any{[]byte("input: a\ninput: b\n")}},
-		{"alias", []any{[]byte("input: &t in\noutput: *t\nx: &m {input: in}\n<<: *m\n")}},
-		{"two-documents", []any{[]byte("input: in\n---\noutput: out\n")}},
-		{"null-and-tags", []any{[]byte("input: ~\noutput: !!binary b3V0\ninterval: !!int 5\n")}},
-		{"tab-and-bom", []any{[]byte("\ufeffinput:\tin\n")}},
-		{"empty", []any{[]byte("")}},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "valid", Args: []any{[]byte("input: in\noutput: out\nbrokers: [a:1, b:2]\ntasks:\n  - 0\n  - 3\ninterval: 500ms\nstate-backend: memory\n")}},
+		{Name: "unknown-key", Args: []any{[]byte("input: in\noutput: out\nbroker: a:1\n")}},
+		{Name: "config-key", Args: []any{[]byte("config: other.yaml\n")}},
+		{Name: "nested", Args: []any{[]byte("input: {topic: in}\noutput: [[out]]\n")}},
+		{Name: "bad-values", Args: []any{[]byte("input: in\noutput: out\ninterval: soon\ntasks: x\nstate-cache-size: 1TB\n")}},
+		{Name: "not-a-mapping", Args: []any{[]byte("- input\n- output\n")}},
+		{Name: "scalar", Args: []any{[]byte("in\n")}},
+		{Name: "syntax", Args: []any{[]byte("input: [in\n")}},
+		{Name: "duplicate", Args: []any{[]byte("input: a\ninput: b\n")}},
+		{Name: "alias", Args: []any{[]byte("input: &t in\noutput: *t\nx: &m {input: in}\n<<: *m\n")}},
+		{Name: "two-documents", Args: []any{[]byte("input: in\n---\noutput: out\n")}},
+		{Name: "null-and-tags", Args: []any{[]byte("input: ~\noutput: !!binary b3V0\ninterval: !!int 5\n")}},
+		{Name: "tab-and-bom", Args: []any{[]byte("\ufeffinput:\tin\n")}},
+		{Name: "empty", Args: []any{[]byte("")}},
 	})
 	dir := f.TempDir()
 	path := filepath.Join(dir, "weir.yaml")

@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"reflect"
 	"strconv"
 	"testing"
@@ -14,6 +12,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weirstream/weir/internal/fuzzseed"
 	"github.com/weirstream/weir/state"
 )
 
@@ -24,50 +23,8 @@ import (
 //
 //	go test -run '^$' -fuzz '^FuzzDecodeEvent$' -fuzztime 5m -parallel 1 ./examples/nexmark
 
-// fuzzSeed is one seed of a fuzz target: its arguments, in the target's
-// order, and the name of its file under testdata/fuzz/<target>/.
-type fuzzSeed struct {
-	name string
-	args []any
-}
-
-// addSeeds adds the seeds to f. With WEIR_WRITE_FUZZ_SEEDS=1 it also
-// writes them under testdata/fuzz/<target>/, where they stay: the valid
-// ones freeze what today's encoders write, which topics and checkpoints
-// already hold.
-func addSeeds(f *testing.F, seeds []fuzzSeed) {
-	f.Helper()
-	write := os.Getenv("WEIR_WRITE_FUZZ_SEEDS") == "1"
-	dir := filepath.Join("testdata", "fuzz", f.Name())
-	for _, s := range seeds {
-		f.Add(s.args...)
-		if !write {
-			continue
-		}
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			f.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, s.name), corpusFile(s.args...), 0o644); err != nil {
-			f.Fatal(err)
-		}
-	}
-}
-
-// corpusFile is args in the "go test fuzz v1" format.
-func corpusFile(args ...any) []byte {
-	b := []byte("go test fuzz v1\n")
-	for _, a := range args {
-		switch v := a.(type) {
-		case []byte:
-			b = fmt.Appendf(b, "[]byte(%q)\n", v)
-		case string:
-			b = fmt.Appendf(b, "string(%q)\n", v)
-		default:
-			b = fmt.Appendf(b, "%T(%v)\n", v, v)
-		}
-	}
-	return b
-}
+// fuzzSeed is one seed of a fuzz target (internal/fuzzseed).
+type fuzzSeed = fuzzseed.Seed
 
 // eventSeeds are the records of a few generated events of each kind.
 func eventSeeds(tb testing.TB) []fuzzSeed {
@@ -88,7 +45,7 @@ func eventSeeds(tb testing.TB) []fuzzSeed {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		seeds = append(seeds, fuzzSeed{fmt.Sprintf("generated-%s-%d", e.Kind(), n), []any{r.Key, r.Value}})
+		seeds = append(seeds, fuzzSeed{Name: fmt.Sprintf("generated-%s-%d", e.Kind(), n), Args: []any{r.Key, r.Value}})
 	}
 	return seeds
 }
@@ -101,17 +58,17 @@ func eventSeeds(tb testing.TB) []fuzzSeed {
 // a record that decodes to it again.
 func FuzzDecodeEvent(f *testing.F) {
 	bid := `{"type":"bid","bid":{"auction":7,"bidder":1,"price":2,"channel":"c","url":"u","dateTime":"2026-01-01T00:00:00Z","extra":""}}`
-	addSeeds(f, append(eventSeeds(f), []fuzzSeed{
-		{"other-field-order", []any{[]byte("7"), []byte(`{"bid":{"price":2,"auction":7},"type":"bid"}`)}},
-		{"escapes", []any{[]byte("7"), []byte("{ \"type\" : \"bid\" ,\n\"bid\":{\"auction\":7,\"bidder\":-1,\"price\":2,\"channel\":\"\\u0041\\ud83d\\ude00\",\"url\":\"a\\/b\",\"dateTime\":\"2026-01-01T00:00:00.5+01:00\",\"extra\":\"\\\\\"} }")}},
-		{"lone-surrogate", []any{[]byte("7"), []byte(`{"type":"bid","bid":{"auction":7,"bidder":1,"price":2,"channel":"\ud83d","url":"","dateTime":"2026-01-01T00:00:00Z","extra":""}}`)}},
-		{"leading-zero", []any{[]byte("7"), []byte(`{"type":"bid","bid":{"auction":07,"bidder":1,"price":2,"channel":"","url":"","dateTime":"2026-01-01T00:00:00Z","extra":""}}`)}},
-		{"float", []any{[]byte("7"), []byte(`{"type":"bid","bid":{"auction":7,"bidder":1,"price":2.5,"channel":"","url":"","dateTime":"2026-01-01T00:00:00Z","extra":""}}`)}},
-		{"wrong-key", []any{[]byte("8"), []byte(bid)}},
-		{"two-events", []any{[]byte("7"), []byte(`{"type":"bid","bid":{"auction":7},"person":{"id":7}}`)}},
-		{"null-event", []any{[]byte("7"), []byte(`{"type":"bid","bid":null}`)}},
-		{"trailing", []any{[]byte("7"), []byte(bid + " x")}},
-		{"bad-time", []any{[]byte("7"), []byte(`{"type":"bid","bid":{"auction":7,"bidder":1,"price":2,"channel":"","url":"","dateTime":"2026-01-01T24:00:00Z","extra":""}}`)}},
+	fuzzseed.Add(f, append(eventSeeds(f), []fuzzSeed{
+		{Name: "other-field-order", Args: []any{[]byte("7"), []byte(`{"bid":{"price":2,"auction":7},"type":"bid"}`)}},
+		{Name: "escapes", Args: []any{[]byte("7"), []byte("{ \"type\" : \"bid\" ,\n\"bid\":{\"auction\":7,\"bidder\":-1,\"price\":2,\"channel\":\"\\u0041\\ud83d\\ude00\",\"url\":\"a\\/b\",\"dateTime\":\"2026-01-01T00:00:00.5+01:00\",\"extra\":\"\\\\\"} }")}},
+		{Name: "lone-surrogate", Args: []any{[]byte("7"), []byte(`{"type":"bid","bid":{"auction":7,"bidder":1,"price":2,"channel":"\ud83d","url":"","dateTime":"2026-01-01T00:00:00Z","extra":""}}`)}},
+		{Name: "leading-zero", Args: []any{[]byte("7"), []byte(`{"type":"bid","bid":{"auction":07,"bidder":1,"price":2,"channel":"","url":"","dateTime":"2026-01-01T00:00:00Z","extra":""}}`)}},
+		{Name: "float", Args: []any{[]byte("7"), []byte(`{"type":"bid","bid":{"auction":7,"bidder":1,"price":2.5,"channel":"","url":"","dateTime":"2026-01-01T00:00:00Z","extra":""}}`)}},
+		{Name: "wrong-key", Args: []any{[]byte("8"), []byte(bid)}},
+		{Name: "two-events", Args: []any{[]byte("7"), []byte(`{"type":"bid","bid":{"auction":7},"person":{"id":7}}`)}},
+		{Name: "null-event", Args: []any{[]byte("7"), []byte(`{"type":"bid","bid":null}`)}},
+		{Name: "trailing", Args: []any{[]byte("7"), []byte(bid + " x")}},
+		{Name: "bad-time", Args: []any{[]byte("7"), []byte(`{"type":"bid","bid":{"auction":7,"bidder":1,"price":2,"channel":"","url":"","dateTime":"2026-01-01T24:00:00Z","extra":""}}`)}},
 	}...))
 	f.Fuzz(func(t *testing.T, key, value []byte) {
 		e, err := Decode(&kgo.Record{Key: key, Value: value})
@@ -170,10 +127,10 @@ func sameEvent(a, b Event) bool {
 // as encoding/json would, and decodes to itself when its strings are
 // UTF-8 (both writers replace invalid bytes).
 func FuzzEventRoundTrip(f *testing.F) {
-	addSeeds(f, []fuzzSeed{
-		{"bid", []any{uint8(KindBid), int64(1000), int64(1001), int64(32530001), "Google", "https://x/?a=1&b=2", "", int64(1767225600123)}},
-		{"person-odd", []any{uint8(KindPerson), int64(-1), int64(0), int64(0), "Zoë \"Z\" <z>", "a\tb\nc\r\x01\x7f", "\u2028\xff", int64(-62135596800000)}},
-		{"auction-max", []any{uint8(KindAuction), int64(1 << 62), int64(-1 << 63), int64(1<<63 - 1), `\/`, "😀", "&amp;", int64(253402300799999)}},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "bid", Args: []any{uint8(KindBid), int64(1000), int64(1001), int64(32530001), "Google", "https://x/?a=1&b=2", "", int64(1767225600123)}},
+		{Name: "person-odd", Args: []any{uint8(KindPerson), int64(-1), int64(0), int64(0), "Zoë \"Z\" <z>", "a\tb\nc\r\x01\x7f", "\u2028\xff", int64(-62135596800000)}},
+		{Name: "auction-max", Args: []any{uint8(KindAuction), int64(1 << 62), int64(-1 << 63), int64(1<<63 - 1), `\/`, "😀", "&amp;", int64(253402300799999)}},
 	})
 	f.Fuzz(func(t *testing.T, kind uint8, id, a, b int64, s1, s2, s3 string, ms int64) {
 		at := time.UnixMilli(ms).UTC()
@@ -220,18 +177,18 @@ func FuzzEventRoundTrip(f *testing.F) {
 func FuzzBinaryCodecs(f *testing.F) {
 	at := time.UnixMilli(1767225600123).UTC()
 	bid := Bid{Auction: 1000, Bidder: -1, Price: 1 << 40, Channel: "Google", URL: "https://x/", DateTime: at, Extra: "é"}
-	addSeeds(f, []fuzzSeed{
-		{"q3-person", []any{q3PersonCodec{}.Append(nil, q3Person{ID: 1001, Name: "Kate Smith", City: "Bend", State: "OR"})}},
-		{"q3-auction", []any{q3AuctionCodec{}.Append(nil, q3Auction{ID: 1200, Seller: 1001})}},
-		{"q5-count", []any{bidCountCodec{}.Append(nil, bidCount{Auction: 1100, Count: 300, End: at.UnixMilli()})}},
-		{"q7-highest", []any{topBidsCodec{}.Append(nil, topBids{End: 10_000, Price: bid.Price, Bids: []Bid{bid, bid}})}},
-		{"q8-person", []any{q8PersonCodec{}.Append(nil, q8Person{ID: 1, Name: ""})}},
-		{"q8-auction", []any{q8AuctionCodec{}.Append(nil, q8Auction{Seller: 1099})}},
-		{"id", []any{idCodec{}.Append(nil, -1<<63)}},
-		{"q7-too-many-bids", []any{[]byte{0, 0, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}}},
-		{"q7-negative-bids", []any{[]byte{0, 0, 1}}},
-		{"string-past-end", []any{[]byte{2, 0x7f, 'a'}}},
-		{"long-varint", []any{[]byte{0x80, 0x80, 0x00, 0x02}}},
+	fuzzseed.Add(f, []fuzzSeed{
+		{Name: "q3-person", Args: []any{q3PersonCodec{}.Append(nil, q3Person{ID: 1001, Name: "Kate Smith", City: "Bend", State: "OR"})}},
+		{Name: "q3-auction", Args: []any{q3AuctionCodec{}.Append(nil, q3Auction{ID: 1200, Seller: 1001})}},
+		{Name: "q5-count", Args: []any{bidCountCodec{}.Append(nil, bidCount{Auction: 1100, Count: 300, End: at.UnixMilli()})}},
+		{Name: "q7-highest", Args: []any{topBidsCodec{}.Append(nil, topBids{End: 10_000, Price: bid.Price, Bids: []Bid{bid, bid}})}},
+		{Name: "q8-person", Args: []any{q8PersonCodec{}.Append(nil, q8Person{ID: 1, Name: ""})}},
+		{Name: "q8-auction", Args: []any{q8AuctionCodec{}.Append(nil, q8Auction{Seller: 1099})}},
+		{Name: "id", Args: []any{idCodec{}.Append(nil, -1<<63)}},
+		{Name: "q7-too-many-bids", Args: []any{[]byte{0, 0, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}}},
+		{Name: "q7-negative-bids", Args: []any{[]byte{0, 0, 1}}},
+		{Name: "string-past-end", Args: []any{[]byte{2, 0x7f, 'a'}}},
+		{Name: "long-varint", Args: []any{[]byte{0x80, 0x80, 0x00, 0x02}}},
 	})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		binaryRoundTrip(t, "q3 person", q3PersonCodec{}, b)
