@@ -136,23 +136,47 @@ func SharedDir(job string, task int) string {
 // checkpoints that never completed: a restarted task continues after highest
 // so that it never reuses an ID. It does not read the manifests.
 func ListCheckpoints(ctx context.Context, st Storage, job string, task int) (completed []ID, highest ID, err error) {
+	l, err := ListTask(ctx, st, job, task)
+	return l.Completed, l.Highest, err
+}
+
+// TaskListing is what one listing of a task's checkpoints found.
+type TaskListing struct {
+	// Completed are the checkpoints with a manifest, ascending.
+	Completed []ID
+	// Highest is the highest checkpoint id seen, completed or not.
+	Highest ID
+	// CommitRecords are the names of the commit records (see
+	// CommitRecord), ascending.
+	CommitRecords []string
+}
+
+// ListTask lists a task's checkpoints and commit records, without reading
+// them.
+func ListTask(ctx context.Context, st Storage, job string, task int) (TaskListing, error) {
 	prefix := tasksDir(job, task)
 	names, err := st.List(ctx, prefix)
 	if err != nil {
-		return nil, 0, fmt.Errorf("list checkpoints of %s task %d: %w", job, task, err)
+		return TaskListing{}, fmt.Errorf("list checkpoints of %s task %d: %w", job, task, err)
 	}
+	var l TaskListing
 	for _, name := range names {
 		id, rest, ok := parseCheckpointObject(job, task, name)
 		if !ok {
 			continue
 		}
-		highest = max(highest, id)
-		if rest == manifestFile {
-			completed = append(completed, id)
+		l.Highest = max(l.Highest, id)
+		switch {
+		case rest == manifestFile:
+			l.Completed = append(l.Completed, id)
+		case isCommitRecord(rest):
+			l.CommitRecords = append(l.CommitRecords, name)
 		}
 	}
-	slices.Sort(completed)
-	return slices.Compact(completed), highest, nil
+	slices.Sort(l.Completed)
+	l.Completed = slices.Compact(l.Completed)
+	slices.Sort(l.CommitRecords)
+	return l, nil
 }
 
 // ReadManifest reads and verifies the manifest of checkpoint id of a task.

@@ -82,6 +82,16 @@ type Ack struct {
 	State        *StateHandle     `json:"state,omitempty"`
 	Sources      []SourcePosition `json:"sources,omitempty"`
 	Committables []Committable    `json:"committables,omitempty"`
+	// Committed are transactions the operator (a sink) committed, or
+	// its recovery committed, that no completed checkpoint of its owner
+	// recorded yet: checkpoint storage's own evidence that their output
+	// is visible. A sink keeps reporting one until a checkpoint that
+	// reported it completes, and it reuses the transactional id only
+	// after that, so the coordinator's record of the commit outlives
+	// nothing that restore needs. Restore trusts this record over the
+	// coordinator's, which the broker may have dropped (an expired
+	// transactional id) or overwritten (a re-initialised id).
+	Committed []Committable `json:"committed,omitempty"`
 	// Alignment is how long the operator's inputs were blocked aligning.
 	Alignment time.Duration `json:"alignment_ns,omitempty"`
 	// Watermark is the operator's event time at the barrier (Unix ms), if

@@ -85,6 +85,8 @@ type Config struct {
 	// pending committables (for Kafka: the transaction coordinator), one
 	// outcome per committable. Restore uses it to skip checkpoints whose
 	// output was lost (see DESIGN.md, "A checkpoint is valid only if...").
+	// It is asked only about committables that checkpoint storage holds no
+	// record of committing (checkpoint.Ack.Committed, CommitRecord).
 	// Without it every readable manifest is taken as valid.
 	CheckCommittables func(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error)
 	// AbortCommittables, if set, aborts pending committables that are still
@@ -105,6 +107,12 @@ const (
 	CommitDone
 	// CommitLost: aborted or fenced; its output is gone.
 	CommitLost
+	// CommitUnknown: the external system keeps no record of it any more
+	// (for Kafka: the transactional id expired, or was re-initialised
+	// under another producer id), and checkpoint storage holds no record
+	// of its commit either. Whether its output is visible cannot be told:
+	// restore neither resumes it nor walks back past it, and fails loudly.
+	CommitUnknown
 )
 
 func (o CommitOutcome) String() string {
@@ -115,6 +123,8 @@ func (o CommitOutcome) String() string {
 		return "committed"
 	case CommitLost:
 		return "lost"
+	case CommitUnknown:
+		return "unknown"
 	}
 	return fmt.Sprintf("CommitOutcome(%d)", int(o))
 }

@@ -262,6 +262,8 @@ type sinkOp[T any] struct {
 	ctx    context.Context
 	writer SinkWriter[T]
 	timed  TimestampWriter[T] // the writer, if it takes event times
+	// commits tells checkpoint storage what the writer committed.
+	commits commitLog
 }
 
 func (s *sinkOp[T]) write(v T) (err error) {
@@ -299,7 +301,7 @@ func (s *sinkOp[T]) barrier(id checkpoint.ID) error {
 		// the task, which restarts from the last checkpoint and writes it again.
 		return fmt.Errorf("operator %s: pre-commit checkpoint %d: %w", s.name, id, err)
 	}
-	s.t.ack(id, checkpoint.Ack{Operator: s.name, Committables: cs})
+	s.t.ack(id, checkpoint.Ack{Operator: s.name, Committables: cs, Committed: s.commits.barrier(id, cs)})
 	return nil
 }
 
@@ -309,8 +311,12 @@ func (s *sinkOp[T]) notifyComplete(id checkpoint.ID) error {
 	if err := s.writer.Commit(s.ctx, id); err != nil {
 		return fmt.Errorf("operator %s: commit checkpoint %d: %w", s.name, id, err)
 	}
+	s.commits.completed(id)
 	return nil
 }
+
+// committedUnrecorded implements committer.
+func (s *sinkOp[T]) committedUnrecorded() []checkpoint.Committable { return s.commits.pending() }
 
 func (s *sinkOp[T]) notifyAborted(checkpoint.ID) {}
 
@@ -328,6 +334,7 @@ func Sink[T any](in *Port[T], name string, factory SinkFactory[T]) {
 		op := &sinkOp[T]{opBase: t.base(n), ctx: t.ctx}
 		t.setEndpoints(n, op)
 		t.addNotifiee(n, op)
+		t.committers = append(t.committers, op)
 		// The writer opens, resuming the restored committables, only once
 		// every operator's state restored: a checkpoint whose state turns
 		// out unusable can then still be walked back past, its transactions
@@ -343,6 +350,7 @@ func Sink[T any](in *Port[T], name string, factory SinkFactory[T]) {
 			}
 			op.writer = w
 			op.timed, _ = w.(TimestampWriter[T])
+			op.commits.restored(restored) // the factory committed them
 			t.addCloser(op.close)
 			return nil
 		})

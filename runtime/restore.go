@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -38,17 +39,6 @@ type unusableStateError struct {
 func (e *unusableStateError) Error() string { return e.err.Error() }
 func (e *unusableStateError) Unwrap() error { return e.err }
 
-// txnKey identifies one pre-committed transaction.
-type txnKey struct {
-	id    string
-	pid   int64
-	epoch int16
-}
-
-func keyOf(c checkpoint.Committable) txnKey {
-	return txnKey{c.TransactionalID, c.ProducerID, c.Epoch}
-}
-
 func committables(m checkpoint.Manifest) []checkpoint.Committable {
 	var cs []checkpoint.Committable
 	for _, a := range m.Operators {
@@ -77,6 +67,11 @@ func committables(m checkpoint.Manifest) []checkpoint.Committable {
 //     found no newer claim once its manifest was durable (Driver), and the
 //     newer owner claimed before it listed, so every checkpoint a zombie
 //     committed is one the newer owner saw here;
+//   - what became of each transaction is decided from checkpoint storage's
+//     record of commits first (checkpoint.Ack.Committed of any manifest, a
+//     CommitRecord): one recorded there is committed, whatever the external
+//     system remembers now. Only the others are asked about
+//     (CheckCommittables);
 //   - a manifest with a lost committable is not valid: walk back. Walking
 //     back past it re-derives its output, which is only right if none of its
 //     transactions was committed; if one was, the task fails loudly;
@@ -85,6 +80,10 @@ func committables(m checkpoint.Manifest) []checkpoint.Committable {
 //     under the same rule: its committed transactions forbid it. Those of
 //     its transactions not yet committed are aborted when the sink
 //     re-initialises its transactional ids;
+//   - a transaction whose fate cannot be told (CommitUnknown: the external
+//     system forgot it, and storage has no record of its commit) forbids
+//     both restoring its checkpoint and walking back past it: the task
+//     fails loudly;
 //   - if no manifest is valid, the task fails loudly with what was lost.
 func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 	if err := checkpoint.Claim(ctx, t.storage, t.job, t.id, t.epoch); err != nil {
@@ -93,12 +92,13 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 	if err := t.stillOwner(ctx); err != nil {
 		return 0, err
 	}
-	ids, highest, err := checkpoint.ListCheckpoints(ctx, t.storage, t.job, t.id)
+	listing, err := checkpoint.ListTask(ctx, t.storage, t.job, t.id)
 	if err != nil {
 		return 0, fmt.Errorf("list checkpoints: %w", err)
 	}
+	highest := listing.Highest
 	var ms []checkpoint.Manifest
-	for _, id := range ids {
+	for _, id := range listing.Completed {
 		m, err := checkpoint.ReadManifest(ctx, t.storage, t.job, t.id, id)
 		if errors.Is(err, checkpoint.ErrNotFound) {
 			continue
@@ -120,9 +120,13 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 	if len(ms) == 0 {
 		return highest, nil
 	}
+	recorded, err := checkpoint.ReadRecorded(ctx, t.storage, t.job, t.id, ms, listing.CommitRecords)
+	if err != nil {
+		return 0, err
+	}
 	zombie := zombieManifests(ms)
 
-	rejected := map[txnKey]CommitOutcome{}
+	rejected := map[checkpoint.TxnKey]CommitOutcome{}
 	var lost []string
 	for i := len(ms) - 1; i >= 0; i-- {
 		m := ms[i]
@@ -132,7 +136,7 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 			continue
 		}
 		cs := committables(m)
-		outcomes, err := t.checkCommittables(ctx, cs)
+		outcomes, err := t.checkCommittables(ctx, cs, recorded)
 		if err != nil {
 			return 0, fmt.Errorf("check committables of checkpoint %d: %w", m.Checkpoint, err)
 		}
@@ -140,15 +144,25 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 			t.log.Error("checkpoint state is unusable, walking back", "checkpoint", m.Checkpoint, "err", bad)
 			lost = append(lost, fmt.Sprintf("checkpoint %d: %v", m.Checkpoint, bad))
 			for j, c := range cs {
-				rejected[keyOf(c)] = outcomes[j]
+				rejected[c.Key()] = outcomes[j]
 			}
 			continue
 		}
-		var gone []string
+		var gone, unknown []string
 		for j, o := range outcomes {
-			if o == CommitLost {
-				gone = append(gone, fmt.Sprintf("%s (producer %d, epoch %d)", cs[j].TransactionalID, cs[j].ProducerID, cs[j].Epoch))
+			switch o {
+			case CommitLost:
+				gone = append(gone, describeTxn(cs[j]))
+			case CommitUnknown:
+				unknown = append(unknown, describeTxn(cs[j]))
 			}
+		}
+		if len(unknown) > 0 {
+			return 0, fmt.Errorf("%w for task %d: checkpoint %d names transactions %s, of which neither the broker nor checkpoint storage "+
+				"keeps a record: %s. Whether that output is in the output topic cannot be told; restoring checkpoint %d "+
+				"would lose it if it was aborted, an earlier checkpoint would write it twice if it was committed "+
+				"(docs/operating.md, \"Transactions nobody remembers\", says what to do)",
+				ErrNoValidCheckpoint, t.id, m.Checkpoint, strings.Join(unknown, ", "), forgotten, m.Checkpoint)
 		}
 		if len(gone) == 0 {
 			if err := t.closeRejected(ctx, cs, rejected); err != nil {
@@ -160,16 +174,24 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 			if len(rejected) > 0 {
 				t.log.Warn("restoring an earlier checkpoint; the output of the later ones is derived again", "checkpoint", m.Checkpoint)
 			}
-			t.use(m)
+			t.use(m, recorded)
 			return highest, nil
 		}
 		t.log.Error("checkpoint is not valid: its transactions were aborted, walking back", "checkpoint", m.Checkpoint, "lost", strings.Join(gone, ", "))
 		lost = append(lost, fmt.Sprintf("checkpoint %d lost %s", m.Checkpoint, strings.Join(gone, ", ")))
 		for j, c := range cs {
-			rejected[keyOf(c)] = outcomes[j]
+			rejected[c.Key()] = outcomes[j]
 		}
 	}
 	return 0, fmt.Errorf("%w for task %d: %s", ErrNoValidCheckpoint, t.id, strings.Join(lost, "; "))
+}
+
+// forgotten says why a transaction can be unknown to everyone.
+const forgotten = "the broker expired its transactional id (transactional.id.expiration.ms, 7 days by default) " +
+	"or re-initialised it, and no later checkpoint recorded its commit"
+
+func describeTxn(c checkpoint.Committable) string {
+	return fmt.Sprintf("%s (producer %d, epoch %d)", c.TransactionalID, c.ProducerID, c.Epoch)
 }
 
 // stillOwner fails with ErrSuperseded if a newer owner claimed the task.
@@ -212,18 +234,18 @@ func zombieManifests(ms []checkpoint.Manifest) []bool {
 // and walking back would write their output again; aborted, they cannot
 // commit, and one its owner committed first shows as committed, which
 // checkWalkBack refuses loudly.
-func (t *task) closeRejected(ctx context.Context, cs []checkpoint.Committable, rejected map[txnKey]CommitOutcome) error {
+func (t *task) closeRejected(ctx context.Context, cs []checkpoint.Committable, rejected map[checkpoint.TxnKey]CommitOutcome) error {
 	if t.cfg.AbortCommittables == nil {
 		return nil
 	}
-	covered := map[txnKey]bool{}
+	covered := map[checkpoint.TxnKey]bool{}
 	for _, c := range cs {
-		covered[keyOf(c)] = true
+		covered[c.Key()] = true
 	}
 	var open []checkpoint.Committable
 	for k, o := range rejected {
 		if o == CommitResumable && !covered[k] {
-			open = append(open, checkpoint.Committable{TransactionalID: k.id, ProducerID: k.pid, Epoch: k.epoch})
+			open = append(open, checkpoint.Committable{TransactionalID: k.ID, ProducerID: k.Producer, Epoch: k.Epoch})
 		}
 	}
 	if len(open) == 0 {
@@ -237,7 +259,7 @@ func (t *task) closeRejected(ctx context.Context, cs []checkpoint.Committable, r
 		return fmt.Errorf("%d outcomes for %d aborted committables", len(outcomes), len(open))
 	}
 	for i, c := range open {
-		rejected[keyOf(c)] = outcomes[i]
+		rejected[c.Key()] = outcomes[i]
 		t.log.Info("aborted a transaction of a checkpoint walked back past", "transactional_id", c.TransactionalID, "outcome", outcomes[i])
 	}
 	return nil
@@ -246,39 +268,73 @@ func (t *task) closeRejected(ctx context.Context, cs []checkpoint.Committable, r
 // checkWalkBack refuses to restore m when a newer, rejected checkpoint had
 // a transaction committed that m does not cover: replaying from m would
 // write that output a second time. why says what made the newer ones unusable.
-func checkWalkBack(m checkpoint.Manifest, cs []checkpoint.Committable, rejected map[txnKey]CommitOutcome, why []string) error {
-	covered := map[txnKey]bool{}
+func checkWalkBack(m checkpoint.Manifest, cs []checkpoint.Committable, rejected map[checkpoint.TxnKey]CommitOutcome, why []string) error {
+	covered := map[checkpoint.TxnKey]bool{}
 	for _, c := range cs {
-		covered[keyOf(c)] = true
+		covered[c.Key()] = true
 	}
 	for k, o := range rejected {
-		if o == CommitDone && !covered[k] {
+		if covered[k] {
+			continue
+		}
+		switch o {
+		case CommitDone:
 			return fmt.Errorf("%w: restoring checkpoint %d would write the output of transaction %s again: it was committed, but the later checkpoint that covers it cannot be used (%s)",
-				ErrNoValidCheckpoint, m.Checkpoint, k.id, strings.Join(why, "; "))
+				ErrNoValidCheckpoint, m.Checkpoint, k.ID, strings.Join(why, "; "))
+		case CommitUnknown:
+			return fmt.Errorf("%w: restoring checkpoint %d would write the output of transaction %s again if it was committed, which cannot be told: %s; "+
+				"the later checkpoint that covers it cannot be used (%s) (docs/operating.md, \"Transactions nobody remembers\", says what to do)",
+				ErrNoValidCheckpoint, m.Checkpoint, k.ID, forgotten, strings.Join(why, "; "))
 		}
 	}
 	return nil
 }
 
-func (t *task) checkCommittables(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
-	if len(cs) == 0 || t.cfg.CheckCommittables == nil {
-		return make([]CommitOutcome, len(cs)), nil
+// checkCommittables decides what became of each of cs: what checkpoint
+// storage recorded, else what CheckCommittables says (resumable when it is
+// not set).
+func (t *task) checkCommittables(ctx context.Context, cs []checkpoint.Committable, recorded checkpoint.Recorded) ([]CommitOutcome, error) {
+	out := make([]CommitOutcome, len(cs))
+	var ask []checkpoint.Committable
+	var at []int
+	for i, c := range cs {
+		switch {
+		case recorded.Committed[c.Key()]:
+			out[i] = CommitDone
+			continue
+		case recorded.Aborted[c.Key()]:
+			out[i] = CommitLost
+			continue
+		}
+		ask = append(ask, c)
+		at = append(at, i)
 	}
-	out, err := t.cfg.CheckCommittables(ctx, cs)
+	if len(ask) == 0 || t.cfg.CheckCommittables == nil {
+		return out, nil
+	}
+	answers, err := t.cfg.CheckCommittables(ctx, ask)
 	if err != nil {
 		return nil, err
 	}
-	if len(out) != len(cs) {
-		return nil, fmt.Errorf("%d outcomes for %d committables", len(out), len(cs))
+	if len(answers) != len(ask) {
+		return nil, fmt.Errorf("%d outcomes for %d committables", len(answers), len(ask))
+	}
+	for j, o := range answers {
+		out[at[j]] = o
 	}
 	return out, nil
 }
 
-// use makes m the checkpoint the task's operators restore from.
-func (t *task) use(m checkpoint.Manifest) {
+// use makes m the checkpoint the task's operators restore from. Its
+// transactions that storage recorded as committed are left out of what
+// the sinks resume: they need nothing, and the broker may have forgotten
+// them.
+func (t *task) use(m checkpoint.Manifest, recorded checkpoint.Recorded) {
 	t.restored = map[string]*checkpoint.Ack{}
 	for i := range m.Operators {
-		t.restored[m.Operators[i].Operator] = &m.Operators[i]
+		a := m.Operators[i]
+		a.Committables = slices.DeleteFunc(slices.Clone(a.Committables), recorded.Knows)
+		t.restored[a.Operator] = &a
 	}
 	t.restoredFrom = m.Checkpoint
 	t.log.Info("restoring", "checkpoint", m.Checkpoint, "its_epoch", m.Epoch)

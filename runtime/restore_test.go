@@ -34,6 +34,15 @@ func TestRestoreWalkBack(t *testing.T) {
 		// wantAborted the transactions it must have been asked to abort.
 		abort       map[string]CommitOutcome
 		wantAborted []string
+		// committed: transactions the sink reported committed
+		// (checkpoint.Ack.Committed), by checkpoint.
+		committed map[checkpoint.ID][]string
+		// records: commit records (checkpoint.CommitRecord) by checkpoint;
+		// aborted: records of transactions found aborted.
+		records, aborted map[checkpoint.ID][]string
+		// wantResumed, if set: the committables left for the sinks to
+		// resume (those storage recorded as committed are not).
+		wantResumed []string
 	}{
 		{name: "newest valid", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
 			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitResumable}, want: 2},
@@ -84,6 +93,44 @@ func TestRestoreWalkBack(t *testing.T) {
 			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitDone}, unusable: []checkpoint.ID{2}, wantErr: "transaction b again: it was committed"},
 		{name: "unusable state of the only checkpoint", ms: []man{{1, nil}},
 			unusable: []checkpoint.ID{1}, wantErr: "checkpoint 1: file x is corrupt"},
+
+		// Storage's record of commits decides over the coordinator's,
+		// which is gone once a transactional id was re-initialised or
+		// expired (issue 21).
+		{name: "restored, committed, re-initialised, then the next state lost: the record says committed",
+			ms: []man{{1, []string{"a"}}, {1, nil}}, committed: map[checkpoint.ID][]string{2: {"a"}},
+			outcome:  map[string]CommitOutcome{"a": CommitLost}, // as the broker answers for a re-initialised id
+			unusable: []checkpoint.ID{2}, want: 1, wantResumed: []string{}},
+		{name: "final checkpoint's transactions expired, commit record kept",
+			ms: []man{{1, []string{"a"}}, {1, []string{"b"}}}, committed: map[checkpoint.ID][]string{2: {"a"}},
+			records: map[checkpoint.ID][]string{2: {"b"}},
+			outcome: map[string]CommitOutcome{"b": CommitUnknown}, want: 2, wantResumed: []string{}},
+		{name: "expired and no record: cannot tell, loud",
+			ms: []man{{1, []string{"a"}}, {1, []string{"b"}}}, committed: map[checkpoint.ID][]string{2: {"a"}},
+			outcome: map[string]CommitOutcome{"b": CommitUnknown}, wantErr: "transactions b (producer 0, epoch 0), of which neither the broker nor checkpoint storage keeps a record"},
+		{name: "walking back past an unknown transaction: loud",
+			ms: []man{{1, []string{"a"}}, {1, []string{"b"}}}, committed: map[checkpoint.ID][]string{2: {"a"}},
+			outcome: map[string]CommitOutcome{"b": CommitUnknown}, unusable: []checkpoint.ID{2},
+			wantErr: "transaction b again if it was committed, which cannot be told"},
+		{name: "walking back past a recorded commit: refused, whatever the broker says",
+			ms: []man{{1, []string{"a"}}, {1, []string{"b"}}, {1, nil}}, committed: map[checkpoint.ID][]string{2: {"a"}, 3: {"b"}},
+			outcome: map[string]CommitOutcome{"b": CommitLost}, unusable: []checkpoint.ID{3, 2},
+			wantErr: "transaction b again: it was committed"},
+		{name: "a zombie's record of a commit counts",
+			ms: []man{{5, []string{"a"}}, {9, nil}, {5, nil}}, committed: map[checkpoint.ID][]string{3: {"a"}},
+			outcome: map[string]CommitOutcome{"a": CommitUnknown}, unusable: []checkpoint.ID{2},
+			want: 1, wantResumed: []string{}},
+		{name: "forgotten transactions recorded aborted by hand: walk back",
+			ms: []man{{1, []string{"a"}}, {1, []string{"b"}}}, committed: map[checkpoint.ID][]string{2: {"a"}},
+			aborted: map[checkpoint.ID][]string{2: {"b"}},
+			outcome: map[string]CommitOutcome{"b": CommitUnknown}, want: 1, wantResumed: []string{}},
+		{name: "a recorded commit wins over a verdict of aborted",
+			ms: []man{{1, []string{"a"}}, {1, []string{"b"}}, {1, nil}}, committed: map[checkpoint.ID][]string{2: {"a"}, 3: {"b"}},
+			aborted: map[checkpoint.ID][]string{2: {"b"}}, unusable: []checkpoint.ID{3},
+			want: 2, wantResumed: []string{}},
+		{name: "only the unrecorded transactions are resumed",
+			ms: []man{{1, []string{"a"}}, {1, []string{"a", "b"}}, {1, []string{"c"}}}, committed: map[checkpoint.ID][]string{3: {"a"}},
+			outcome: map[string]CommitOutcome{"b": CommitDone, "c": CommitResumable}, want: 3, wantResumed: []string{"c"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -91,12 +138,8 @@ func TestRestoreWalkBack(t *testing.T) {
 			st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
 			for i, m := range tc.ms {
 				id := checkpoint.ID(i + 1)
-				var cs []checkpoint.Committable
-				for _, txn := range m.txns {
-					cs = append(cs, checkpoint.Committable{Operator: "out", TransactionalID: txn})
-				}
 				b, err := checkpoint.EncodeManifest(checkpoint.Manifest{Version: checkpoint.FormatVersion, Job: "j", Task: 0, Checkpoint: id, Epoch: m.epoch,
-					Operators: []checkpoint.Ack{{Operator: "out", Committables: cs}}})
+					Operators: []checkpoint.Ack{{Operator: "out", Committables: txnsOf(m.txns), Committed: txnsOf(tc.committed[id])}}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -104,6 +147,30 @@ func TestRestoreWalkBack(t *testing.T) {
 					b = []byte("{not a manifest")
 				}
 				if err := st.PutIfAbsent(ctx, checkpoint.ManifestName("j", 0, id), b); err != nil {
+					t.Fatal(err)
+				}
+			}
+			recorded := map[string]bool{}
+			for _, txns := range tc.committed {
+				for _, txn := range txns {
+					recorded[txn] = true
+				}
+			}
+			for id, txns := range tc.records {
+				for _, txn := range txns {
+					recorded[txn] = true
+				}
+				r := checkpoint.CommitRecord{Job: "j", Task: 0, Checkpoint: id, Epoch: tc.ms[id-1].epoch, Committed: txnsOf(txns)}
+				if err := checkpoint.WriteCommitRecord(ctx, st, r, "test"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for id, txns := range tc.aborted {
+				for _, txn := range txns {
+					recorded[txn] = true
+				}
+				r := checkpoint.CommitRecord{Job: "j", Task: 0, Checkpoint: id, Epoch: tc.ms[id-1].epoch, Aborted: txnsOf(txns), By: "test"}
+				if err := checkpoint.WriteCommitRecord(ctx, st, r, "by-hand"); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -115,6 +182,9 @@ func TestRestoreWalkBack(t *testing.T) {
 			cfg := &Config{Epoch: 10, CheckCommittables: func(_ context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
 				out := make([]CommitOutcome, len(cs))
 				for i, c := range cs {
+					if recorded[c.TransactionalID] {
+						t.Errorf("asked the broker about %s, which storage recorded as committed", c.TransactionalID)
+					}
 					out[i] = tc.outcome[c.TransactionalID]
 				}
 				return out, nil
@@ -163,10 +233,29 @@ func TestRestoreWalkBack(t *testing.T) {
 			if tk.restoredFrom != tc.want {
 				t.Fatalf("restored from %d, want %d", tk.restoredFrom, tc.want)
 			}
+			if tc.wantResumed != nil {
+				resumed := []string{}
+				if a := tk.restoredAck("out"); a != nil {
+					for _, c := range a.Committables {
+						resumed = append(resumed, c.TransactionalID)
+					}
+				}
+				if !slices.Equal(resumed, tc.wantResumed) {
+					t.Fatalf("sinks resume %v, want %v", resumed, tc.wantResumed)
+				}
+			}
 			claims, err := checkpoint.Claims(ctx, st, "j", 0)
 			if err != nil || len(claims) != 1 || claims[0] != cfg.Epoch {
 				t.Fatalf("claims after the restore: %v (%v), want only this owner's [%d]", claims, err, cfg.Epoch)
 			}
 		})
 	}
+}
+
+func txnsOf(ids []string) []checkpoint.Committable {
+	var cs []checkpoint.Committable
+	for _, id := range ids {
+		cs = append(cs, checkpoint.Committable{Operator: "out", TransactionalID: id})
+	}
+	return cs
 }

@@ -292,7 +292,9 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) erro
 			failures, backoff = 0, cfg.RestartBackoff
 		}
 		failures++
-		final := errors.Is(err, ErrSuperseded) || errors.Is(err, ErrIncompatibleCheckpoint)
+		// Restarting cannot mend these: another owner has the task, or its
+		// checkpoints cannot be restored without losing or repeating output.
+		final := errors.Is(err, ErrSuperseded) || errors.Is(err, ErrIncompatibleCheckpoint) || errors.Is(err, ErrNoValidCheckpoint)
 		restarting := (cfg.MaxRestarts < 0 || failures <= cfg.MaxRestarts) && !final
 		cfg.Observer.TaskFailed(plan.Name(), id, err, restarting)
 		if final {

@@ -55,6 +55,8 @@ type task struct {
 	closers      []func() error
 	// openers run after every node is built and its state restored.
 	openers []func() error
+	// committers are the task's sinks, which know what they committed.
+	committers []committer
 	// unusable holds the checkpoints whose state could not be restored
 	// (a missing or corrupt file), kept by the supervisor across attempts:
 	// restore walks back past them.
@@ -391,5 +393,48 @@ func (t *task) run(ctx context.Context) (err error) {
 		stopDriver()
 		return nil
 	})
-	return g.Wait()
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	t.recordFinalCommits(ctx)
+	return nil
+}
+
+// committer is a sink operator, as the task sees it at its end.
+type committer interface {
+	// committedUnrecorded returns the transactions it committed that no
+	// completed checkpoint's manifest records.
+	committedUnrecorded() []checkpoint.Committable
+}
+
+// recordFinalCommits writes the commit record of the task's final
+// checkpoint, once every root ended after it: no later manifest will
+// record that its transactions were committed, and the broker forgets
+// them in time (see checkpoint.CommitRecord). A failure is logged, not
+// returned: the output is right, and should the broker forget the
+// transactions before the task runs again, restore says it cannot tell
+// instead of guessing.
+func (t *task) recordFinalCommits(ctx context.Context) {
+	t.mu.Lock()
+	final := t.finalID
+	t.mu.Unlock()
+	var cs []checkpoint.Committable
+	for _, c := range t.committers {
+		cs = append(cs, c.committedUnrecorded()...)
+	}
+	if final == 0 || len(cs) == 0 {
+		return
+	}
+	if d := t.cfg.Checkpoint.Timeout; d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	r := checkpoint.CommitRecord{Job: t.job, Task: t.id, Checkpoint: final, Epoch: t.epoch, Timestamp: t.now(), Committed: cs}
+	if err := checkpoint.WriteCommitRecord(ctx, t.storage, r, t.attempt); err != nil {
+		t.log.Error("could not record that the final checkpoint's transactions committed; "+
+			"should the broker forget them before the task runs again, its restore fails saying so", "checkpoint", final, "err", err)
+		return
+	}
+	t.log.Debug("recorded the final checkpoint's commits", "checkpoint", final, "transactions", len(cs))
 }

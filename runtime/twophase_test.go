@@ -15,10 +15,14 @@ import (
 // pre-committed transactions durably across task restarts, and only
 // committed ones are visible.
 type txnStore[T any] struct {
-	mu        sync.Mutex
-	seq       int
-	pending   map[string][]T
-	done      map[string]bool
+	mu      sync.Mutex
+	seq     int
+	pending map[string][]T
+	done    map[string]bool
+	// forgotten were done when forget was called: the store no longer
+	// knows what became of them, as a broker that expired a
+	// transactional id.
+	forgotten map[string]bool
 	committed []T
 	// gen counts, per task, the writers opened: opening one fences the
 	// older ones, as initialising a Kafka transactional id does.
@@ -26,7 +30,7 @@ type txnStore[T any] struct {
 }
 
 func newTxnStore[T any]() *txnStore[T] {
-	return &txnStore[T]{pending: map[string][]T{}, done: map[string]bool{}, gen: map[int]int{}}
+	return &txnStore[T]{pending: map[string][]T{}, done: map[string]bool{}, forgotten: map[string]bool{}, gen: map[int]int{}}
 }
 
 // fenced reports whether a newer writer of w's task was opened since w;
@@ -77,11 +81,23 @@ func (s *txnStore[T]) check(_ context.Context, cs []checkpoint.Committable) ([]r
 			out[i] = runtime.CommitDone
 		case open:
 			out[i] = runtime.CommitResumable
+		case s.forgotten[c.TransactionalID]:
+			out[i] = runtime.CommitUnknown
 		default:
 			out[i] = runtime.CommitLost
 		}
 	}
 	return out, nil
+}
+
+// forget drops the store's memory of every committed transaction.
+func (s *txnStore[T]) forget() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for txn := range s.done {
+		s.forgotten[txn] = true
+	}
+	clear(s.done)
 }
 
 // abortTask drops every pending transaction of a task, as initialising a

@@ -29,6 +29,12 @@ const (
 	// newer owner), or moved on to a later epoch without a record of
 	// committing it. Its records will never be visible.
 	Lost
+	// Unknown: the coordinator has no record of the transactional id
+	// (TRANSACTIONAL_ID_NOT_FOUND: it expired after
+	// transactional.id.expiration.ms, or the broker's transaction log is
+	// gone) or holds it under another producer id (re-initialised since):
+	// the transaction may have committed or aborted, nothing here tells.
+	Unknown
 )
 
 func (o Outcome) String() string {
@@ -39,6 +45,8 @@ func (o Outcome) String() string {
 		return "committed"
 	case Lost:
 		return "lost"
+	case Unknown:
+		return "unknown"
 	}
 	return fmt.Sprintf("Outcome(%d)", int(o))
 }
@@ -104,7 +112,7 @@ func (e *LostError) Error() string {
 //	PrepareAbort, CompleteAbort,
 //	  PrepareEpochFence, Dead                 Lost
 //	no record (TRANSACTIONAL_ID_NOT_FOUND),
-//	  another producer id                     Lost
+//	  another producer id                     Unknown
 //	anything else (Empty or Ongoing at a
 //	  later epoch, a commit at a later one)   probe
 //
@@ -169,11 +177,24 @@ func Validate(ctx context.Context, cl *kgo.Client, committables []checkpoint.Com
 	}
 	var errs []error
 	for _, st := range sts {
-		if st.Outcome == Lost {
+		switch st.Outcome {
+		case Lost:
 			errs = append(errs, st.lostError())
+		case Unknown:
+			errs = append(errs, st.unknownError())
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ErrUnknownOutcome is wrapped by the error about a transaction the
+// coordinator keeps no record of (Unknown).
+var ErrUnknownOutcome = errors.New("the transaction coordinator keeps no record of the transaction")
+
+func (st Status) unknownError() error {
+	c := st.Committable
+	return fmt.Errorf("transaction %s (producer id %d, epoch %d): %w (it has the id %s at producer id %d, epoch %d): "+
+		"whether it committed cannot be told", c.TransactionalID, c.ProducerID, c.Epoch, ErrUnknownOutcome, st.State, st.ProducerID, st.Epoch)
 }
 
 func (st Status) lostError() *LostError {
@@ -198,7 +219,9 @@ func classify(tv int16, c checkpoint.Committable, state string, pid int64, epoch
 	}
 	switch {
 	case state == stateNotFound, pid != c.ProducerID:
-		return Lost, true
+		// The coordinator forgot this producer's transactions: whether
+		// ours committed is for checkpoint storage's record to say.
+		return Unknown, true
 	case state == "PrepareAbort", state == "CompleteAbort", state == "PrepareEpochFence", state == "Dead":
 		return Lost, true
 	case state == "Ongoing" && epoch == c.Epoch:
@@ -318,7 +341,10 @@ func retriableCoordinator(err error) bool {
 // commitRestored brings every restored committable to Committed: it resumes
 // the open ones with EndTxn at their saved producer id and epoch, and
 // re-asks the coordinator until its record shows the commit. It returns a
-// *LostError (joined, one per transaction) when any cannot commit.
+// *LostError (joined, one per transaction) when any cannot commit, and an
+// error wrapping ErrUnknownOutcome for one the coordinator forgot (the
+// restore that chose these committables found them resumable or committed;
+// the coordinator forgot them since).
 func commitRestored(ctx context.Context, cl *kgo.Client, committables []checkpoint.Committable) ([]Status, error) {
 	tv, err := transactionVersion(ctx, cl)
 	if err != nil {
@@ -333,8 +359,12 @@ func commitRestored(ctx context.Context, cl *kgo.Client, committables []checkpoi
 		if err != nil {
 			return nil, err
 		}
-		if st.Outcome == Lost {
+		switch st.Outcome {
+		case Lost:
 			lost = append(lost, st.lostError())
+			continue
+		case Unknown:
+			lost = append(lost, st.unknownError())
 			continue
 		}
 		out = append(out, st)

@@ -467,6 +467,8 @@ func committables(brokers []string, opts []kgo.Opt, f func(context.Context, *kgo
 				out[i] = runtime.CommitDone
 			case sink.Lost:
 				out[i] = runtime.CommitLost
+			case sink.Unknown:
+				out[i] = runtime.CommitUnknown
 			default:
 				return nil, fmt.Errorf("transaction %s: unknown outcome %v", st.Committable.TransactionalID, st.Outcome)
 			}

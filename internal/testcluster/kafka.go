@@ -3,7 +3,11 @@ package testcluster
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +142,26 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// KafkaWith starts a real broker of t's own with the given broker
+// properties (scripts/kafka, WEIR_KAFKA_PROPERTIES), for a test that needs
+// a broker set otherwise than the shared one (a short
+// transactional.id.expiration.ms, say), and stops it when t ends. Like
+// SecureKafka it needs java: without, it skips t, unless
+// WEIR_REQUIRE_JAVA=1.
+func KafkaWith(t testing.TB, properties map[string]string) *Cluster {
+	t.Helper()
+	requireJava(t)
+	dir := t.TempDir()
+	var b strings.Builder
+	for _, k := range slices.Sorted(maps.Keys(properties)) {
+		fmt.Fprintf(&b, "%s=%s\n", k, properties[k])
+	}
+	file := filepath.Join(dir, "extra.properties")
+	if err := os.WriteFile(file, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr, _ := ownBroker(t, filepath.Join(dir, "kafka"), "WEIR_KAFKA_PROPERTIES="+file)
+	return &Cluster{Brokers: []string{addr}, Provider: ProviderEnv}
 }

@@ -57,16 +57,7 @@ type User struct{ Name, Password string }
 // WEIR_REQUIRE_JAVA=1, which makes that a failure.
 func SecureKafka(t testing.TB) *SecureCluster {
 	t.Helper()
-	java := "java"
-	if home := os.Getenv("JAVA_HOME"); home != "" {
-		java = filepath.Join(home, "bin", "java")
-	}
-	if _, err := exec.LookPath(java); err != nil {
-		if os.Getenv("WEIR_REQUIRE_JAVA") == "1" {
-			t.Fatalf("WEIR_REQUIRE_JAVA=1 but there is no java to run a broker: %v", err)
-		}
-		t.Skipf("no java to run a broker of the test's own (scripts/kafka; WEIR_REQUIRE_JAVA=1 makes this a failure): %v", err)
-	}
+	requireJava(t)
 	dir := t.TempDir()
 	certs := filepath.Join(dir, "certs")
 	if err := os.Mkdir(certs, 0o700); err != nil {
@@ -90,11 +81,42 @@ func SecureKafka(t testing.TB) *SecureCluster {
 	if err := os.WriteFile(filepath.Join(certs, "users"), []byte(users.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	state := filepath.Join(dir, "kafka")
+	addr, _ := ownBroker(t, state, "WEIR_KAFKA_SASL_SSL="+certs)
+	sasl, err := os.ReadFile(filepath.Join(state, "sasl_ssl.address"))
+	if err != nil {
+		t.Fatalf("scripts/kafka start wrote no SASL_SSL address: %v", err)
+	}
+	c.Plaintext, c.SASLSSL = addr, strings.TrimSpace(string(sasl))
+	t.Logf("SASL_SSL listener at %s", c.SASLSSL)
+	return c
+}
 
+// requireJava skips t when there is no java to run a broker of its own,
+// unless WEIR_REQUIRE_JAVA=1, which makes that a failure.
+func requireJava(t testing.TB) {
+	t.Helper()
+	java := "java"
+	if home := os.Getenv("JAVA_HOME"); home != "" {
+		java = filepath.Join(home, "bin", "java")
+	}
+	if _, err := exec.LookPath(java); err != nil {
+		if os.Getenv("WEIR_REQUIRE_JAVA") == "1" {
+			t.Fatalf("WEIR_REQUIRE_JAVA=1 but there is no java to run a broker: %v", err)
+		}
+		t.Skipf("no java to run a broker of the test's own (scripts/kafka; WEIR_REQUIRE_JAVA=1 makes this a failure): %v", err)
+	}
+}
+
+// ownBroker starts a broker of t's own with scripts/kafka in state, with
+// env added to the script's environment, and stops it by its pid when t
+// ends. It returns the PLAINTEXT bootstrap address and how long the start
+// took.
+func ownBroker(t testing.TB, state string, env ...string) (string, time.Duration) {
+	t.Helper()
 	_, self, _, _ := runtime.Caller(0)
 	script := filepath.Join(filepath.Dir(self), "..", "..", "scripts", "kafka")
-	state := filepath.Join(dir, "kafka")
-	env := append(os.Environ(), "WEIR_KAFKA_DIR="+state, "WEIR_KAFKA_SASL_SSL="+certs)
+	env = append(append(os.Environ(), "WEIR_KAFKA_DIR="+state), env...)
 	if _, set := os.LookupEnv("WEIR_KAFKA_HEAP"); !set {
 		// A few topics and clients; and CI runs the shared broker beside
 		// it on two cores.
@@ -124,14 +146,9 @@ func SecureKafka(t testing.TB) *SecureCluster {
 	if err != nil {
 		t.Fatalf("scripts/kafka start (WEIR_KAFKA_DIR=%s): %v\n%s", state, err, stderr)
 	}
-	sasl, err := os.ReadFile(filepath.Join(state, "sasl_ssl.address"))
-	if err != nil {
-		t.Fatalf("scripts/kafka start wrote no SASL_SSL address: %v\n%s", err, stderr)
-	}
-	c.Plaintext, c.SASLSSL = addr, strings.TrimSpace(string(sasl))
-	t.Logf("kafka provider: a broker of the test's own (scripts/kafka in %s, %v): PLAINTEXT %s, SASL_SSL %s",
-		state, time.Since(start).Round(time.Millisecond), c.Plaintext, c.SASLSSL)
-	return c
+	took := time.Since(start).Round(time.Millisecond)
+	t.Logf("kafka provider: a broker of the test's own (scripts/kafka in %s, %v) at %s", state, took, addr)
+	return addr, took
 }
 
 // randomPassword is 24 random hex digits after "pw": a string that
