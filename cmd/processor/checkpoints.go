@@ -24,13 +24,15 @@ import (
 // also valid (its pending transactions still committable) only the broker
 // knows; a restoring task asks it.
 
-const checkpointsUsage = `usage: processor checkpoints <list|inspect> [flags]
+const checkpointsUsage = `usage: processor checkpoints <list|inspect|record> [flags]
 
   list     completed checkpoints of a job per task: time, sizes, source positions,
            pending transactions; the newest of each task is marked
   inspect  one checkpoint's manifest: operators, files, positions, transactions
+  record   record what became of a checkpoint's transactions that the broker
+           forgot, found in the output topics or told with --outcome (writes)
 
-processor checkpoints <list|inspect> -h lists the flags.
+processor checkpoints <list|inspect|record> -h lists the flags.
 `
 
 // checkpointsConfig is the configuration of `processor checkpoints`.
@@ -95,7 +97,7 @@ func (c *checkpointsConfig) id() (id checkpoint.ID, latest bool, err error) {
 func checkpointsCommand(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, checkpointsUsage)
-		return cli.UsageError{Err: errors.New("checkpoints: want a subcommand: list or inspect")}
+		return cli.UsageError{Err: errors.New("checkpoints: want a subcommand: list, inspect or record")}
 	}
 	sub, args := args[0], args[1:]
 	var inspect bool
@@ -103,11 +105,13 @@ func checkpointsCommand(ctx context.Context, args []string, lookup func(string) 
 	case "list":
 	case "inspect":
 		inspect = true
+	case "record":
+		return recordCommand(ctx, args, lookup, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, checkpointsUsage)
 		return nil
 	default:
-		return cli.UsageError{Err: fmt.Errorf("checkpoints: unknown subcommand %q, want list or inspect", sub)}
+		return cli.UsageError{Err: fmt.Errorf("checkpoints: unknown subcommand %q, want list, inspect or record", sub)}
 	}
 
 	c := checkpointsConfig{Checkpoints: worker.DefaultConfig().Checkpoints, Job: "", Task: -1}
@@ -421,11 +425,14 @@ func printManifest(out io.Writer, m checkpoint.Manifest, uri, name string, newes
 		for _, c := range a.Committables {
 			fmt.Fprintf(tw, "    pending transaction\t%s\tproducer id %d\tepoch %d\n", c.TransactionalID, c.ProducerID, c.Epoch)
 		}
+		for _, c := range a.Committed {
+			fmt.Fprintf(tw, "    committed before\t%s\tproducer id %d\tepoch %d\n", c.TransactionalID, c.ProducerID, c.Epoch)
+		}
 		if a.State != nil {
 			fmt.Fprintf(tw, "    state\t%s backend, %d files, %s full, %s incremental\n",
 				a.State.Backend, len(a.State.Files), byteSize(a.State.Size), byteSize(a.State.Incremental))
 		}
-		if len(a.Sources) == 0 && len(a.Committables) == 0 && a.State == nil {
+		if len(a.Sources) == 0 && len(a.Committables) == 0 && len(a.Committed) == 0 && a.State == nil {
 			fmt.Fprintf(tw, "    (nothing to restore)\n")
 		}
 		tw.Flush()
