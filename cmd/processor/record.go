@@ -157,8 +157,8 @@ func recordCommand(ctx context.Context, args []string, lookup func(string) (stri
 			}
 		}
 		if len(r.Committed)+len(r.Aborted) < len(open) {
-			return fmt.Errorf("not every transaction's records were found, and the topics no longer hold everything written to them "+
-				"(retention moved their log start): whether the others were aborted or their records deleted cannot be told. "+
+			return fmt.Errorf("not every transaction's records were found, and the topics no longer hold everything written to them " +
+				"(retention moved their log start): whether the others were aborted or their records deleted cannot be told. " +
 				"Record what you know with --outcome, or start the job afresh (docs/operating.md)")
 		}
 		r.By = "processor checkpoints record: looked for the records in " + strings.Join(c.Topics, ", ")
