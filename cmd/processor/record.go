@@ -157,7 +157,7 @@ func recordCommand(ctx context.Context, args []string, lookup func(string) (stri
 			}
 		}
 		if len(r.Committed)+len(r.Aborted) < len(open) {
-			return fmt.Errorf("not every transaction's records were found, and the topics no longer hold everything written to them " +
+			return errors.New("not every transaction's records were found, and the topics no longer hold everything written to them " +
 				"(retention moved their log start): whether the others were aborted or their records deleted cannot be told. " +
 				"Record what you know with --outcome, or start the job afresh (docs/operating.md)")
 		}
