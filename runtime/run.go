@@ -292,7 +292,10 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) erro
 			failures, backoff = 0, cfg.RestartBackoff
 		}
 		failures++
-		final := errors.Is(err, ErrSuperseded) || errors.Is(err, ErrIncompatibleCheckpoint)
+		// A changed layout of the topics does not change back by itself:
+		// restarting would only fail again, or worse, a source that
+		// opened on the new layout would process it.
+		final := errors.Is(err, ErrSuperseded) || errors.Is(err, ErrIncompatibleCheckpoint) || errors.Is(err, checkpoint.ErrLayoutChanged)
 		restarting := (cfg.MaxRestarts < 0 || failures <= cfg.MaxRestarts) && !final
 		cfg.Observer.TaskFailed(plan.Name(), id, err, restarting)
 		if final {
