@@ -486,7 +486,7 @@ func startLayoutRun(t *testing.T, cfg Config) *layoutRun {
 		case <-time.After(30 * time.Second):
 			t.Errorf("worker did not stop within 30s of the cancel")
 		}
-		if t.Failed() || os.Getenv("WEIR_SHOW_LOGS") != "" {
+		if t.Failed() {
 			t.Logf("worker logs:\n%s", r.logs.String())
 		}
 	})
