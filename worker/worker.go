@@ -52,6 +52,14 @@ type Options struct {
 // only show as bad once Kafka or storage is asked (a missing topic, a task
 // beyond the input's partitions, a missing bucket) fail as cli.UsageErrors.
 //
+// A job whose topics are not laid out as its checkpoints and its layout
+// record say (partitions added, a topic recreated or deleted, an internal
+// topic holding an earlier run's records; see layout.go) stops on the
+// worker, at start or while it runs: no task runs, /readyz answers 503 with
+// the error, and Run returns that error (wrapping
+// checkpoint.ErrLayoutChanged where the layout changed) once opts.Drain is
+// closed or ctx ends.
+//
 // Without Config.Tasks the worker joins the job's consumer group, which
 // hands out the tasks; each task it gets runs from the latest valid
 // checkpoint with the fencing epoch of that generation, and each it gives
