@@ -33,6 +33,12 @@
 //	<job>/tasks/<task>/owner-<epoch, 20 digits>            an owner's claim of the task (Claim)
 //	<job>/shared/<task>/...                                immutable files shared by checkpoints (SharedDir)
 //	<job>/epochs/<epoch, 20 digits>                        fencing epochs allocated (NextEpoch)
+//	<job>/layout.json                                      the job's topics as its first run found them (Layout)
+//
+// A job's layout record is written once, like a manifest, and never
+// rewritten: it is what this incarnation of the job (its checkpoints) was
+// started on. Deleting it alone makes the next worker record the layout it
+// finds, unchecked; delete it with the job's checkpoints, or not at all.
 //
 // How owners of a task are kept apart (OwnerDir, Claim, the Driver's check
 // of the claims before it commits, NextEpoch) is in docs/ownership.md.

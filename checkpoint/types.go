@@ -48,6 +48,20 @@ type SourcePosition struct {
 	// had up to Offset, when the source derives watermarks: the restored
 	// source starts its watermark from it rather than from nothing.
 	MaxTimestamp *int64 `json:"max_timestamp,omitempty"`
+	// TopicID and Partitions are the layout of Topic as the source saw it
+	// when it opened: its Kafka topic id (KIP-516, empty where the broker
+	// has none) and its partition count. A restore refuses a topic
+	// recreated under the same name (another id) or with another count
+	// (ErrLayoutChanged): the offsets and the keyed state of the checkpoint
+	// belong to the layout it was taken under. Manifests of earlier
+	// versions have neither, and are restored unchecked.
+	TopicID    string `json:"topic_id,omitempty"`
+	Partitions int32  `json:"partitions,omitempty"`
+	// LeaderEpoch is the leader epoch of the record before Offset, when
+	// the source consumed one: a restore resumes at Offset in that epoch,
+	// so that Kafka can tell whether the log was truncated below it since
+	// (KIP-320). A pointer, since 0 is an epoch.
+	LeaderEpoch *int32 `json:"leader_epoch,omitempty"`
 	// Upstream holds, for a split whose records carry their watermarks
 	// (a repartition topic, written by the N tasks upstream), the last
 	// watermark each upstream task wrote into it up to Offset: element i

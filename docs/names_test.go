@@ -31,6 +31,9 @@ var (
 		"build-arg": "docker build --build-arg",
 		// kafka-console-consumer.sh's.
 		"isolation-level": "kafka-console-consumer.sh --isolation-level",
+		// kafka-topics.sh's, in the reset command of an internal topic.
+		"bootstrap-server": "kafka-topics.sh --bootstrap-server",
+		"delete":           "kafka-topics.sh --delete",
 	}
 	otherEnv = map[string]string{
 		"WEIR_KAFKA_DIR":      "scripts/kafka",

@@ -292,9 +292,13 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) erro
 			failures, backoff = 0, cfg.RestartBackoff
 		}
 		failures++
-		// Restarting cannot mend these: another owner has the task, or its
-		// checkpoints cannot be restored without losing or repeating output.
-		final := errors.Is(err, ErrSuperseded) || errors.Is(err, ErrIncompatibleCheckpoint) || errors.Is(err, ErrNoValidCheckpoint)
+		// Restarting cannot mend these: another owner has the task, its
+		// checkpoints cannot be restored without losing or repeating
+		// output, or the layout of its topics changed (which does not
+		// change back, and a source that opened on the new layout would
+		// process it).
+		final := errors.Is(err, ErrSuperseded) || errors.Is(err, ErrIncompatibleCheckpoint) ||
+			errors.Is(err, ErrNoValidCheckpoint) || errors.Is(err, checkpoint.ErrLayoutChanged)
 		restarting := (cfg.MaxRestarts < 0 || failures <= cfg.MaxRestarts) && !final
 		cfg.Observer.TaskFailed(plan.Name(), id, err, restarting)
 		if final {

@@ -22,8 +22,18 @@
 // any; otherwise from [Config.Start], resolved to a concrete offset when the
 // reader opens, so that a checkpoint taken before the first record pins a
 // position instead of "latest" meaning something else on restore. A restored
-// offset that is no longer in the log (retention deleted it) fails the task
-// with OffsetOutOfRange rather than silently skipping data.
+// offset that is no longer in the log (retention deleted it, the log was
+// truncated) fails the task with [ErrLogLost] rather than silently skipping
+// data.
+//
+// Positions record their topic's layout (topic id, partition count) and the
+// leader epoch of the last record returned. A restore refuses a topic whose
+// id or count differs from its checkpoint's with a
+// [checkpoint.LayoutError] (deleted and recreated, partitions added: the
+// offsets and keyed state belong to the old layout), and resumes in the
+// recorded leader epoch, so that franz-go detects a log truncated below the
+// position since (KIP-320). Positions of earlier versions, without a layout,
+// are restored unchecked, with a warning.
 //
 // Records that fail to decode go to a dead-letter topic or fail the task, as
 // configured; never a silent drop. Dead-lettering is at-least-once: the

@@ -8,8 +8,10 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -65,7 +67,13 @@ type reader[T any] struct {
 	part   int32
 	// next is, per topic, the offset after the last record Poll returned
 	// (or dead-lettered); before the first, the restored or start offset.
-	next   map[string]int64
+	next map[string]int64
+	// epoch is, per topic, the leader epoch of the record before next,
+	// where known (from the last record taken, or the checkpoint).
+	epoch map[string]int32
+	// layout is, per topic, its id and partition count when the reader
+	// opened: what its positions record.
+	layout map[string]checkpoint.TopicLayout
 	policy OnDecodeError
 	closed bool
 	// marks is, per topic, the last marker of each task upstream
@@ -88,6 +96,7 @@ func open[T any](ctx context.Context, cfg *Config[T], info runtime.TaskInfo, res
 		log:    log,
 		part:   int32(info.Task),
 		next:   make(map[string]int64, len(cfg.Topics)),
+		epoch:  make(map[string]int32, len(cfg.Topics)),
 		policy: cfg.onDecodeError(),
 		marks:  map[string]*upstream{},
 	}
@@ -111,10 +120,15 @@ func open[T any](ctx context.Context, cfg *Config[T], info runtime.TaskInfo, res
 	}()
 	adm := kadm.NewClient(r.cl)
 
-	n, err := partitionCount(ctx, adm, cfg.Topics)
-	if err != nil {
+	if r.layout, err = topicLayouts(ctx, adm, cfg.Topics); err != nil {
 		return nil, err
 	}
+	// The checkpoint first: a topic recreated with fewer partitions is
+	// a changed layout before it is a task without a partition.
+	if err := r.restore(restored); err != nil {
+		return nil, err
+	}
+	n := int(r.layout[cfg.Topics[0]].Partitions)
 	if int(r.part) >= n {
 		return nil, fmt.Errorf("task %d has no partition to read: input topics %v have %d partitions (tasks 0..%d)",
 			r.part, cfg.Topics, n, n-1)
@@ -130,9 +144,6 @@ func open[T any](ctx context.Context, cfg *Config[T], info runtime.TaskInfo, res
 		}
 	}
 
-	if err := r.restore(restored); err != nil {
-		return nil, err
-	}
 	var fresh []string
 	for _, t := range cfg.Topics {
 		if _, ok := r.next[t]; !ok {
@@ -153,7 +164,15 @@ func open[T any](ctx context.Context, cfg *Config[T], info runtime.TaskInfo, res
 
 	assign := make(map[string]map[int32]kgo.Offset, len(cfg.Topics))
 	for t, o := range r.next {
-		assign[t] = map[int32]kgo.Offset{r.part: kgo.NewOffset().At(o)}
+		at := kgo.NewOffset().At(o)
+		if e, ok := r.epoch[t]; ok {
+			// franz-go asks the leader where that epoch ends before it
+			// fetches (OffsetForLeaderEpoch): a log truncated below o
+			// since the checkpoint shows as data loss, not as other
+			// records at the same offsets.
+			at = at.WithEpoch(e)
+		}
+		assign[t] = map[int32]kgo.Offset{r.part: at}
 	}
 	r.cl.AddConsumePartitions(assign)
 	return r, nil
@@ -161,8 +180,13 @@ func open[T any](ctx context.Context, cfg *Config[T], info runtime.TaskInfo, res
 
 // restore takes the positions of a checkpoint. A position for another
 // partition means the checkpoint is another task's: refused. A position for
-// a topic the job no longer reads is dropped with a warning.
+// a topic the job no longer reads is dropped with a warning. A position
+// whose topic is laid out otherwise now (another topic id: deleted and
+// recreated; another partition count) is refused with a
+// *checkpoint.LayoutError naming every such topic: its offset names a record
+// of another log, or its keys belong to other tasks now.
 func (r *reader[T]) restore(restored []checkpoint.SourcePosition) error {
+	var changes []checkpoint.LayoutChange
 	for _, p := range restored {
 		switch {
 		case p.Topic == "":
@@ -180,9 +204,29 @@ func (r *reader[T]) restore(restored []checkpoint.SourcePosition) error {
 		if _, dup := r.next[p.Topic]; dup {
 			return fmt.Errorf("restored positions name %s/%d twice", p.Topic, p.Partition)
 		}
+		live := r.layout[p.Topic]
+		if p.TopicID == "" && p.Partitions == 0 {
+			r.log.Warn("kafka source restores a position that does not record its topic's layout (a checkpoint of an earlier version): "+
+				"a topic recreated or given other partitions since cannot be told",
+				"topic", p.Topic, "partition", p.Partition, "offset", p.Offset)
+		} else if c, changed := checkpoint.CompareTopic(checkpoint.TopicLayout{Name: p.Topic, ID: p.TopicID, Partitions: p.Partitions}, live); changed {
+			changes = append(changes, c)
+		}
 		r.next[p.Topic] = p.Offset
+		if p.LeaderEpoch != nil && *p.LeaderEpoch >= 0 {
+			r.epoch[p.Topic] = *p.LeaderEpoch
+		}
 		if r.cfg.Watermarks && len(p.Upstream) > 0 {
 			r.marks[p.Topic] = restoreUpstream(p.Upstream)
+		}
+	}
+	if len(changes) > 0 {
+		return &checkpoint.LayoutError{
+			Against: fmt.Sprintf("the checkpoint of task %d", r.part),
+			Changes: changes,
+			Advice: "The checkpoint's offsets and keyed state belong to the layout it was taken under, so the task does not " +
+				"start on this one: start the job afresh under a new name (its state starts empty), or rescale its state " +
+				"to the new layout (processor rescale, in a later release); docs/operating.md, \"The topics' layout changed\"",
 		}
 	}
 	return nil
@@ -223,11 +267,73 @@ func (r *reader[T]) fetchErrors(ctx context.Context, fs kgo.Fetches) error {
 			}
 		case errors.Is(e.Err, kgo.ErrClientClosed):
 			return fmt.Errorf("poll: %w", e.Err)
+		case errors.Is(e.Err, kerr.OffsetOutOfRange), errors.As(e.Err, new(*kgo.ErrDataLoss)):
+			errs = append(errs, r.logLost(ctx, e))
 		default:
 			errs = append(errs, fmt.Errorf("fetch %s/%d: %w", e.Topic, e.Partition, e.Err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// ErrLogLost is wrapped by the error a reader fails with when the log no
+// longer holds the records from its position on: Kafka answered that the
+// offset is out of range (records deleted by retention or DeleteRecords
+// before the job read them, a topic recreated under the same name) or that
+// the log was truncated below it (an unclean leader election, KIP-320). The
+// reader never skips to where the log goes on: what was lost is input the
+// job never saw.
+var ErrLogLost = errors.New("the log no longer holds the position to resume from")
+
+// logLost is the error of a fetch that found the log without the reader's
+// position: what happened, as far as the log's bounds now tell, and what
+// to do.
+func (r *reader[T]) logLost(ctx context.Context, e kgo.FetchError) error {
+	at := r.next[e.Topic]
+	var what string
+	var loss *kgo.ErrDataLoss
+	if errors.As(e.Err, &loss) {
+		what = fmt.Sprintf("the log was truncated below offset %d since the checkpoint (leader epoch %d ends at offset %d): "+
+			"an unclean leader election, or the topic restored or recreated", loss.ConsumedTo, loss.ConsumedToEpoch, loss.ResetTo)
+	} else {
+		what = "the broker has no such offset (OFFSET_OUT_OF_RANGE)"
+		start, end, err := r.bounds(ctx, e.Topic)
+		switch {
+		case err != nil:
+			what += ": records were deleted before the job read them, the log was truncated, or the topic was recreated"
+		case at < start:
+			what += fmt.Sprintf(": the log starts at offset %d now, records were deleted before the job read them "+
+				"(retention.ms or retention.bytes, kafka-delete-records)", start)
+		default:
+			what += fmt.Sprintf(": the log ends at offset %d now, it was truncated (an unclean leader election) "+
+				"or the topic was deleted and recreated", end)
+		}
+	}
+	return fmt.Errorf("%w: %s/%d at offset %d: %s. The records from there to what the log holds now are lost to the job, "+
+		"which does not skip them silently. To accept the loss, start the job afresh under a new name (its state starts empty) "+
+		"with --start; to avoid it, keep a topic's retention longer than the job can lag: %v",
+		ErrLogLost, e.Topic, e.Partition, at, what, e.Err)
+}
+
+// bounds returns where the reader's partition of topic starts and ends now.
+func (r *reader[T]) bounds(ctx context.Context, topic string) (start, end int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	adm := kadm.NewClient(r.cl)
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err != nil {
+		return 0, 0, err
+	}
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return 0, 0, err
+	}
+	s, ok1 := starts.Lookup(topic, r.part)
+	e, ok2 := ends.Lookup(topic, r.part)
+	if !ok1 || !ok2 || s.Err != nil || e.Err != nil {
+		return 0, 0, fmt.Errorf("no offsets of %s/%d", topic, r.part)
+	}
+	return s.Offset, e.Offset, nil
 }
 
 // take decodes rec into b, or dead-letters it, and only then counts its
@@ -241,7 +347,7 @@ func (r *reader[T]) take(ctx context.Context, b *runtime.Batch[T], rec *kgo.Reco
 		if err := r.mark(rec); err != nil {
 			return fmt.Errorf("record %s: %w", pos, err)
 		}
-		r.next[rec.Topic] = rec.Offset + 1
+		r.consumed(rec)
 		return nil
 	}
 	v, decodeErr := r.decode(rec)
@@ -259,8 +365,17 @@ func (r *reader[T]) take(ctx context.Context, b *runtime.Batch[T], rec *kgo.Reco
 			"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset,
 			"dead_letter_topic", r.cfg.DeadLetterTopic, "error", decodeErr)
 	}
-	r.next[rec.Topic] = rec.Offset + 1
+	r.consumed(rec)
 	return nil
+}
+
+// consumed counts rec as consumed: the next position is after it, in its
+// leader epoch.
+func (r *reader[T]) consumed(rec *kgo.Record) {
+	r.next[rec.Topic] = rec.Offset + 1
+	if rec.LeaderEpoch >= 0 {
+		r.epoch[rec.Topic] = rec.LeaderEpoch
+	}
 }
 
 func (r *reader[T]) decode(rec *kgo.Record) (v T, err error) {
@@ -298,7 +413,11 @@ func (r *reader[T]) deadLetter(ctx context.Context, rec *kgo.Record, decodeErr e
 func (r *reader[T]) Positions() []checkpoint.SourcePosition {
 	out := make([]checkpoint.SourcePosition, 0, len(r.cfg.Topics))
 	for _, t := range r.cfg.Topics {
-		p := checkpoint.SourcePosition{Source: r.source, Topic: t, Partition: r.part, Offset: r.next[t]}
+		l := r.layout[t]
+		p := checkpoint.SourcePosition{Source: r.source, Topic: t, Partition: r.part, Offset: r.next[t], TopicID: l.ID, Partitions: l.Partitions}
+		if e, ok := r.epoch[t]; ok {
+			p.LeaderEpoch = &e
+		}
 		if u := r.marks[t]; u != nil {
 			p.Upstream = u.positions()
 		}

@@ -273,8 +273,9 @@ func TestRestoredOffsetOutOfRange(t *testing.T) {
 			t.Fatalf("records %v from an out-of-range position", b.Values)
 		}
 		if err != nil {
-			if !strings.Contains(err.Error(), topic) {
-				t.Errorf("error %q does not name the topic", err)
+			if !errors.Is(err, source.ErrLogLost) || !strings.Contains(err.Error(), topic+"/0 at offset 100") ||
+				!strings.Contains(err.Error(), "the log ends at offset 1 now") {
+				t.Errorf("error %q is not ErrLogLost naming the topic, the offset and where the log ends", err)
 			}
 			t.Logf("out of range: %v", err)
 			return

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"slices"
@@ -58,22 +59,33 @@ func PartitionCountWait(ctx context.Context, brokers, topics []string, wait time
 }
 
 func partitionCount(ctx context.Context, adm *kadm.Client, topics []string) (int, error) {
+	ls, err := topicLayouts(ctx, adm, topics)
+	if err != nil {
+		return 0, err
+	}
+	return int(ls[topics[0]].Partitions), nil
+}
+
+// topicLayouts returns the id and partition count of each of topics, which
+// must exist and have one partition count.
+func topicLayouts(ctx context.Context, adm *kadm.Client, topics []string) (map[string]checkpoint.TopicLayout, error) {
 	if len(topics) == 0 {
-		return 0, errors.New("partition count: no topics")
+		return nil, errors.New("partition count: no topics")
 	}
 	tds, err := adm.ListTopics(ctx, topics...)
 	if err != nil {
-		return 0, fmt.Errorf("describe topics %s: %w", strings.Join(topics, ", "), err)
+		return nil, fmt.Errorf("describe topics %s: %w", strings.Join(topics, ", "), err)
 	}
+	out := make(map[string]checkpoint.TopicLayout, len(topics))
 	counts := make([]string, 0, len(topics))
 	n, same := -1, true
 	for _, t := range topics {
 		td, ok := tds[t]
 		if !ok {
-			return 0, fmt.Errorf("input topic %q: not in metadata", t)
+			return nil, fmt.Errorf("input topic %q: not in metadata", t)
 		}
 		if td.Err != nil {
-			return 0, fmt.Errorf("input topic %q: %w", t, td.Err)
+			return nil, fmt.Errorf("input topic %q: %w", t, td.Err)
 		}
 		c := len(td.Partitions)
 		if n >= 0 && c != n {
@@ -81,12 +93,25 @@ func partitionCount(ctx context.Context, adm *kadm.Client, topics []string) (int
 		}
 		n = c
 		counts = append(counts, fmt.Sprintf("%s=%d", t, c))
+		out[t] = checkpoint.TopicLayout{Name: t, ID: TopicID(td.ID), Partitions: int32(c)}
 	}
 	if !same {
-		return 0, fmt.Errorf("%w (%s): a task reads partition p of every input topic, so all need the same count",
+		return nil, fmt.Errorf("%w (%s): a task reads partition p of every input topic, so all need the same count",
 			ErrPartitionMismatch, strings.Join(counts, ", "))
 	}
-	return n, nil
+	return out, nil
+}
+
+// TopicID is the form of a Kafka topic id that checkpoints record and
+// errors show: Kafka's own (URL-safe base64 without padding, as
+// kafka-topics.sh --describe prints it, where kadm's String pads standard
+// base64), so that an operator can match it; empty for the zero id (a
+// broker older than topic ids, KIP-516).
+func TopicID(id kadm.TopicID) string {
+	if id == (kadm.TopicID{}) {
+		return ""
+	}
+	return base64.RawURLEncoding.EncodeToString(id[:])
 }
 
 // startOffsets resolves the start setting to a concrete offset of partition

@@ -136,7 +136,12 @@ func planTasks(owned [][]int, n int) [][]int {
 // which franz-go calls before OnPartitionsAssigned.
 type balancer struct {
 	topics []string // input topics; franz-go tracks topics[0]
-	meta   func() memberMeta
+	// partitions is the job's recorded partition count (its layout
+	// record), the number of tasks: the balancer plans from it, not from
+	// the metadata the group's leader sees, so that a partition added to
+	// the input never becomes a task (the job stops on the change).
+	partitions int32
+	meta       func() memberMeta
 	// givenUp, if set, tells the tasks to leave out of the join metadata.
 	givenUp func(task int) bool
 	// newEpoch allocates a fencing epoch (checkpoint.NextEpoch): larger
@@ -233,11 +238,9 @@ func (mb *memberBalancer) Balance(map[string]int32) kgo.IntoSyncAssignment {
 }
 
 func (mb *memberBalancer) BalanceOrError(topics map[string]int32) (kgo.IntoSyncAssignment, error) {
-	n := topics[mb.b.topics[0]]
-	for _, t := range mb.b.topics {
-		if topics[t] != n {
-			return nil, fmt.Errorf("input topics have different partition counts (%v): tasks need partition p of every input", topics)
-		}
+	n := mb.b.partitions
+	if n <= 0 {
+		return nil, fmt.Errorf("the job's partition count is not known (topics' metadata %v)", topics)
 	}
 	// A failed balance makes franz-go drop every task of the leader: retry
 	// storage errors for a while first.

@@ -140,6 +140,12 @@ type Config struct {
 	// (checkpoint.NextEpoch), which guarantees that. Group-assigned workers
 	// get an epoch per rebalance the same way and refuse this setting.
 	Epoch int64
+	// LayoutCheckInterval is how often a worker compares the layout of the
+	// job's topics (partition counts, topic ids) with the layout the job
+	// recorded when it first started; it also compares at every start and
+	// rebalance. A difference stops the job on the worker: a changed
+	// layout is never processed. Default 30s; at least 100ms.
+	LayoutCheckInterval time.Duration
 	// HTTPAddr serves the status page (/), /metrics (Prometheus), /healthz
 	// and /readyz. Default 127.0.0.1:9464; if that default is taken (a
 	// second worker on the host), any free port on 127.0.0.1 (logged).
@@ -173,6 +179,8 @@ func DefaultConfig() Config {
 		HTTPAddr:          DefaultHTTPAddr,
 		StateCleanupDelay: 10 * time.Minute,
 		LogLevel:          "info",
+
+		LayoutCheckInterval: 30 * time.Second,
 	}
 }
 
@@ -185,6 +193,10 @@ const (
 	stateBackendPebble = "pebble"
 	stateBackendMemory = "memory"
 )
+
+// minLayoutCheckInterval bounds how often a worker asks for the metadata
+// of the job's topics.
+const minLayoutCheckInterval = 100 * time.Millisecond
 
 // maxMemtableSize is Pebble's limit (state.PebbleOptions refuses 4 GiB).
 const maxMemtableSize = 4<<30 - 1
@@ -318,6 +330,9 @@ func (c *Config) Validate() error {
 	if c.StateCleanupDelay < 0 {
 		bad("state-cleanup-delay", "must not be negative, got %v", c.StateCleanupDelay)
 	}
+	if c.LayoutCheckInterval < minLayoutCheckInterval {
+		bad("layout-check-interval", "%v, want at least %v (each check asks the brokers for the topics' metadata)", c.LayoutCheckInterval, minLayoutCheckInterval)
+	}
 	if c.HTTPAddr != "" && c.HTTPAddr != "off" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
 			bad("http-addr", "%q: %v (want host:port or off)", c.HTTPAddr, err)
@@ -433,6 +448,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.DeadLetter, "dead-letter", c.DeadLetter, "topic for input records that fail to decode (must exist)")
 	fs.StringVar(&c.OnDecodeError, "on-decode-error", c.OnDecodeError, "dead-letter or fail (default: dead-letter with --dead-letter, else fail)")
 	fs.Int64Var(&c.Epoch, "epoch", c.Epoch, "fencing epoch with --tasks, must grow across owners (default: allocated from checkpoint storage)")
+	fs.DurationVar(&c.LayoutCheckInterval, "layout-check-interval", c.LayoutCheckInterval, "how often to compare the topics' partition counts and ids with the job's layout record (also at start and every rebalance); a change stops the job")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "serve the status page, /metrics, /healthz and /readyz at host:port (port 0: any free port; off: none)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "debug, info, warn or error")
 }

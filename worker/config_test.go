@@ -85,6 +85,8 @@ func TestValidateNamesTheBadSetting(t *testing.T) {
 		{"handoff timeout", func(c *Config) { c.HandoffTimeout = 2 * time.Minute }, []string{"--handoff-timeout: 2m0s, want more than 0 and less than --rebalance-timeout 1m0s"}},
 		{"handoff timeout zero", func(c *Config) { c.HandoffTimeout = 0 }, []string{"--handoff-timeout: 0s"}},
 		{"log level", func(c *Config) { c.LogLevel = "loud" }, []string{`--log-level: "loud"`}},
+		{"layout check interval", func(c *Config) { c.LayoutCheckInterval = 0 }, []string{"--layout-check-interval: 0s, want at least 100ms"}},
+		{"layout check interval too short", func(c *Config) { c.LayoutCheckInterval = time.Millisecond }, []string{"--layout-check-interval: 1ms, want at least 100ms"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := validConfig()
@@ -158,7 +160,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		env("WEIR_OUTPUT", "counts", "WEIR_INTERVAL", "5s", "WEIR_TOLERABLE_FAILURES", "1",
 			"WEIR_CHECKPOINT_TIMEOUT", "30s", "WEIR_ON_DECODE_ERROR", "dead-letter", "WEIR_DEAD_LETTER", "dlq",
 			"WEIR_EPOCH", "42", "WEIR_HANDOFF_TIMEOUT", "7s", "WEIR_START", "latest", "WEIR_STATE_BACKEND", "memory", "WEIR_STATE_MEMTABLE_SIZE", "8MiB",
-			"WEIR_STATE_CACHE_SIZE", "1048576", "WEIR_CHECKPOINTS", "s3://ckpt/weir?region=eu-west-1"),
+			"WEIR_STATE_CACHE_SIZE", "1048576", "WEIR_CHECKPOINTS", "s3://ckpt/weir?region=eu-west-1", "WEIR_LAYOUT_CHECK_INTERVAL", "2s"),
 		&stderr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
@@ -169,7 +171,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	if c.Interval != 250*time.Millisecond {
 		t.Errorf("interval %v: the flag must win over WEIR_INTERVAL", c.Interval)
 	}
-	if c.TolerableFailures != 1 || c.CheckpointTimeout != 30*time.Second || c.Epoch != 42 || c.Start != "latest" || c.HandoffTimeout != 7*time.Second {
+	if c.TolerableFailures != 1 || c.CheckpointTimeout != 30*time.Second || c.Epoch != 42 || c.Start != "latest" || c.HandoffTimeout != 7*time.Second ||
+		c.LayoutCheckInterval != 2*time.Second {
 		t.Errorf("environment not applied: %+v", c)
 	}
 	if c.StateBackend != "memory" || c.StateMemtableSize != 8<<20 || c.StateCacheSize != 1<<20 || c.Checkpoints != "s3://ckpt/weir?region=eu-west-1" {
@@ -184,6 +187,9 @@ func TestFlagsAndEnvironment(t *testing.T) {
 	}
 	if c.Job != "" || c.Delivery != "exactly-once" || c.HTTPAddr != DefaultHTTPAddr || c.SessionTimeout != 10*time.Second {
 		t.Errorf("defaults: job %q delivery %q http %q session timeout %v", c.Job, c.Delivery, c.HTTPAddr, c.SessionTimeout)
+	}
+	if d := DefaultConfig().LayoutCheckInterval; d != 30*time.Second {
+		t.Errorf("default --layout-check-interval %v, want 30s", d)
 	}
 }
 
@@ -236,6 +242,7 @@ state-memtable-size: 8MiB
 tasks: [0, 2]
 http-addr: off
 handoff-timeout: 5s
+layout-check-interval: 1s
 `)
 	var stderr bytes.Buffer
 	c, err := Parse([]string{"--config", path, "--interval", "2s"}, env("WEIR_OUTPUT", "from-env", "WEIR_HANDOFF_TIMEOUT", "7s"), &stderr)
@@ -243,7 +250,7 @@ handoff-timeout: 5s
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	if c.Input != "numbers" || !slices.Equal(c.Brokers, []string{"k1:9092", "k2:9092"}) || c.StateMemtableSize != 8<<20 ||
-		!slices.Equal(c.Tasks, []int{0, 2}) || c.HTTPAddr != "off" {
+		!slices.Equal(c.Tasks, []int{0, 2}) || c.HTTPAddr != "off" || c.LayoutCheckInterval != time.Second {
 		t.Errorf("file settings not applied: %+v", c)
 	}
 	if c.Interval != 2*time.Second {

@@ -50,8 +50,9 @@ func (w *worker) runGroup(ctx context.Context) error {
 	m := &membership{w: w, givenUp: map[int]bool{}}
 	host, _ := os.Hostname()
 	m.bal = &balancer{
-		topics:  []string{c.Input},
-		givenUp: m.isGivenUp,
+		topics:     []string{c.Input},
+		partitions: w.layout.partitions,
+		givenUp:    m.isGivenUp,
 		meta: func() memberMeta {
 			return memberMeta{Host: host, HTTP: advertised(w.metrics.httpAddr, host)}
 		},
@@ -174,7 +175,7 @@ func (m *membership) setMine(add, remove []int) {
 // assigned starts the tasks a rebalance added, with the epoch the leader
 // allocated for this generation. franz-go calls it after every rebalance,
 // also when nothing was added.
-func (m *membership) assigned(_ context.Context, cl *kgo.Client, added map[string][]int32) {
+func (m *membership) assigned(ctx context.Context, cl *kgo.Client, added map[string][]int32) {
 	ts := m.tasksOf(added)
 	epoch := m.bal.currentEpoch()
 	_, gen := cl.GroupMetadata()
@@ -182,7 +183,15 @@ func (m *membership) assigned(_ context.Context, cl *kgo.Client, added map[strin
 	m.setMine(ts, nil)
 	m.assignedOnce.Store(true)
 	m.w.log.Info("group assignment", "generation", gen, "epoch", epoch, "added", ts, "tasks", m.assignedTasks())
-	if m.draining.Load() {
+	if m.draining.Load() || m.w.stopErr() != nil {
+		return
+	}
+	// A rebalance is when partitions added to a topic show (the group's
+	// leader watches the topic's metadata): compare before a task starts.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	ok := m.w.checkLayout(ctx, "rebalance")
+	cancel()
+	if !ok {
 		return
 	}
 	for _, t := range ts {

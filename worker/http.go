@@ -92,6 +92,11 @@ type workerStatus struct {
 	GroupErr   string       `json:"group_error,omitempty"`
 	RecordsIn  int64        `json:"records_in"`
 	RecordsOut int64        `json:"records_out"`
+	// Stopped is why the job stopped on this worker for good (empty: it
+	// runs), StoppedReason the reason label of weir_job_stopped.
+	Stopped       string    `json:"stopped,omitempty"`
+	StoppedReason string    `json:"stopped_reason,omitempty"`
+	StoppedSince  time.Time `json:"stopped_since,omitzero"`
 }
 
 func (w *worker) status(ctx context.Context) workerStatus {
@@ -99,6 +104,11 @@ func (w *worker) status(ctx context.Context) workerStatus {
 	s := workerStatus{Job: c.Job, Name: c.name(), Input: c.Input, Output: c.Output, Started: w.started, Now: time.Now(),
 		Tasks: w.taskSnapshot(), RecordsIn: w.stats.In.Load(), RecordsOut: w.stats.Out.Load(), Assignment: "static (--tasks)", Assigned: c.Tasks}
 	s.Ready, s.ReadyWhy = w.ready()
+	w.mu.Lock()
+	if w.stop != nil {
+		s.Stopped, s.StoppedReason, s.StoppedSince = w.stop.Error(), w.stopReason, w.stopSince
+	}
+	w.mu.Unlock()
 	if len(c.Tasks) > 0 {
 		return s
 	}
@@ -334,17 +344,21 @@ svg.chart line{stroke:var(--line)}
 .key-dur{background:var(--dur)}.key-size{height:2px;vertical-align:2px;margin-left:8px;background:var(--size)}
 th .legend{margin-left:8px;font-weight:400;text-transform:none;letter-spacing:0}
 p.error{color:var(--bad)}
+section.stopped{margin:18px 0 0;padding:2px 16px 8px;border:1px solid var(--bad);border-radius:6px;color:var(--bad);overflow-wrap:anywhere}
+section.stopped h2{margin-top:10px}
 footer{padding:16px 28px 24px;color:var(--muted);font-size:12px}
 a{color:#0969da}
 </style></head>
 <body>
 <header>
 <div class="title"><span class="brand">weir worker</span><h1>{{.Name}}</h1>
-{{if .Ready}}<span id="ready" class="pill ok">ready</span>{{else}}<span id="ready" class="pill warn">not ready: {{.ReadyWhy}}</span>{{end}}</div>
+{{if .Ready}}<span id="ready" class="pill ok">ready</span>{{else if .Stopped}}<span id="ready" class="pill bad">stopped: {{.StoppedReason}}</span>{{else}}<span id="ready" class="pill warn">not ready: {{.ReadyWhy}}</span>{{end}}</div>
 <p>job <b>{{.Job}}</b> · <code>{{.Input}}</code> → <code>{{.Output}}</code> · tasks by {{.Assignment}}{{with .Group}} <code>{{.}}</code>{{end}}</p>
 </header>
 <main>
-<dl id="worker">
+{{if .Stopped}}<section id="stopped" class="stopped" data-reason="{{.StoppedReason}}"><h2>Job stopped on this worker <span class="note">{{.StoppedReason}}, for {{since .Now .StoppedSince}}</span></h2>
+<p>{{.Stopped}}</p></section>
+{{end}}<dl id="worker">
 <div><dt>assigned tasks</dt><dd>{{tasks .Assigned}}</dd></div>
 <div><dt>records in</dt><dd>{{count .RecordsIn}}</dd></div>
 <div><dt>records out</dt><dd>{{count .RecordsOut}}</dd></div>

@@ -29,6 +29,7 @@ type metrics struct {
 	rebalances   prometheus.Counter
 	tasksStarted prometheus.Counter
 	assigned     prometheus.Gauge
+	jobStopped   *prometheus.GaugeVec
 	handoffStop  *prometheus.HistogramVec
 	restore      prometheus.Histogram
 	firstRecord  prometheus.Histogram
@@ -74,6 +75,9 @@ func newMetrics(job string, st *Stats) *metrics {
 			Help: "Tasks this worker started (assigned or static).", ConstLabels: constLabels}),
 		assigned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "weir_tasks_assigned",
 			Help: "Tasks the group assigns to this worker now.", ConstLabels: constLabels}),
+		jobStopped: gauge("weir_job_stopped", "1 once the job stopped on this worker for good, by reason: the layout of its topics changed "+
+			"(partitions_changed, topic_recreated, topic_deleted), its topics' partition counts differ (partition_counts_differ), or "+
+			"an internal topic holds an earlier run's records (internal_topic_not_empty); /readyz says more.", "reason"),
 		handoffStop: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "weir_handoff_stop_seconds", Help: "Time to stop a task given up, from the revoke until its state is released; drained says whether a final checkpoint committed.", ConstLabels: constLabels,
 			Buckets: handoffBuckets,
@@ -92,7 +96,10 @@ func newMetrics(job string, st *Stats) *metrics {
 		},
 	}
 	m.collectable = []prometheus.Collector{m.completed, m.aborted, m.failures, m.duration, m.size, m.incremental, m.lastID, m.offset,
-		m.pause, m.alignment, m.pending, m.rebalances, m.tasksStarted, m.assigned, m.handoffStop, m.restore, m.firstRecord, m.records}
+		m.pause, m.alignment, m.pending, m.rebalances, m.tasksStarted, m.assigned, m.jobStopped, m.handoffStop, m.restore, m.firstRecord, m.records}
+	for _, r := range stopReasons {
+		m.jobStopped.WithLabelValues(r).Set(0)
+	}
 	return m
 }
 

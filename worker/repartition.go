@@ -2,15 +2,11 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -31,9 +27,13 @@ import (
 // one checkpoint interval later. It returns the stream keyed by the same
 // key and codec, so the state downstream follows the partitioning.
 //
-// The topic is created at start with the input's partition count (a topic
-// of another count fails the start) and keeps its records (retention.ms
-// -1, as Kafka Streams sets it). Records keep their event time (the Kafka
+// The topic is created at start with the input's partition count and
+// keeps its records (retention.ms -1, as Kafka Streams sets it). It belongs
+// to one incarnation of the job (its checkpoints): a job that starts
+// without checkpoints refuses a topic that holds records already, an
+// earlier run's, which it would read as its own; and the job's layout
+// record holds the topic's id and count, so that a topic deleted,
+// recreated or given other partitions stops the job (see layout.go). Records keep their event time (the Kafka
 // record timestamp), and event time goes on across the hop: each task
 // writes its watermark into every partition with its records, and a task
 // downstream goes on at the least watermark of the tasks upstream (see
@@ -100,42 +100,4 @@ func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op st
 		return f(ctx, info, restored)
 	}
 	return stream.KeyBy(stream.Source(job, op+"-read", src), op, key, keyCodec)
-}
-
-// createInternalTopics makes sure each internal topic exists with parts
-// partitions; its clients add opts to brokers.
-func createInternalTopics(ctx context.Context, brokers []string, topics []string, parts int, opts []kgo.Opt) error {
-	if len(topics) == 0 {
-		return nil
-	}
-	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	adm := kadm.NewClient(cl)
-	// Kept until deleted: records wait for a checkpoint's commit and may
-	// carry old event times, which time-based retention would judge by.
-	retention := "-1"
-	res, err := adm.CreateTopics(ctx, int32(parts), -1, map[string]*string{"retention.ms": &retention}, topics...)
-	if err != nil {
-		return fmt.Errorf("create internal topics %v: %w", topics, err)
-	}
-	var errs []error
-	for _, r := range res.Sorted() {
-		if r.Err != nil && !errors.Is(r.Err, kerr.TopicAlreadyExists) {
-			errs = append(errs, fmt.Errorf("create internal topic %s: %w", r.Topic, r.Err))
-		}
-	}
-	if err := errors.Join(errs...); err != nil {
-		return err
-	}
-	n, err := source.PartitionCountWait(ctx, brokers, topics, 30*time.Second, opts...)
-	if err != nil {
-		return fmt.Errorf("internal topics %v: %w", topics, err)
-	}
-	if n != parts {
-		return fmt.Errorf("internal topics %v have %d partitions, the input %d: delete them (the job's state goes with them) or keep the input's count", topics, n, parts)
-	}
-	return nil
 }

@@ -92,6 +92,9 @@ func (w *worker) positions() []checkpoint.SourcePosition {
 // ready reports whether every task assigned to this worker has restored
 // (and, with the group, whether the group assigned tasks yet).
 func (w *worker) ready() (bool, string) {
+	if err := w.stopErr(); err != nil {
+		return false, "job stopped on this worker: " + err.Error()
+	}
 	if g := w.membership(); g != nil && !g.joined() {
 		return false, "not yet assigned by the group"
 	}

@@ -52,6 +52,14 @@ type Options struct {
 // only show as bad once Kafka or storage is asked (a missing topic, a task
 // beyond the input's partitions, a missing bucket) fail as cli.UsageErrors.
 //
+// A job whose topics are not laid out as its checkpoints and its layout
+// record say (partitions added, a topic recreated or deleted, an internal
+// topic holding an earlier run's records; see layout.go) stops on the
+// worker, at start or while it runs: no task runs, /readyz answers 503 with
+// the error, and Run returns that error (wrapping
+// checkpoint.ErrLayoutChanged where the layout changed) once opts.Drain is
+// closed or ctx ends.
+//
 // Without Config.Tasks the worker joins the job's consumer group, which
 // hands out the tasks; each task it gets runs from the latest valid
 // checkpoint with the fencing epoch of that generation, and each it gives
@@ -105,7 +113,11 @@ type worker struct {
 	// (Config.Security): one place, so that no client connects otherwise.
 	kafka []kgo.Opt
 
-	// startMu orders task starts with the deletion of local state.
+	// layout guards the layout of the job's topics (layout.go).
+	layout *layoutGuard
+
+	// startMu orders task starts with the deletion of local state, and
+	// with the job's stop.
 	startMu sync.Mutex
 
 	mu    sync.Mutex
@@ -113,6 +125,11 @@ type worker struct {
 	// fatal is the first error that ends the worker.
 	fatal     error
 	cancelRun context.CancelFunc
+	// stop is why the job stopped on this worker for good (stopJob), nil
+	// while it runs; stopReason is its label, stopSince when.
+	stop       error
+	stopReason string
+	stopSince  time.Time
 }
 
 func (w *worker) run(ctx context.Context, jobs []Job) error {
@@ -165,9 +182,6 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	if w.plan, internal, err = buildPlan(c, jobs, w.stats, w.kgoMetrics, w.kafka); err != nil {
 		return cli.UsageError{Err: err}
 	}
-	if err := createInternalTopics(ctx, c.Brokers, internal, parts, w.kafka); err != nil {
-		return err
-	}
 	stateDir, unlock, err := lockStateDir(c.stateDir())
 	if err != nil {
 		return cli.UsageError{Err: fmt.Errorf("--state-dir: %w", err)}
@@ -218,6 +232,29 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		}
 	}
 
+	// The layout before any task: a task must never start on a layout
+	// the job's checkpoints were not taken under. A worker that finds it
+	// changed stays up, not ready, until it is stopped: the same state
+	// as when it finds the change while it runs.
+	if w.layout, err = newLayoutGuard(c, w.storage, internal, w.kafka, log); err != nil {
+		return err
+	}
+	defer w.layout.close()
+	if err := w.layout.start(ctx, int32(parts)); err != nil {
+		if !stopsJob(err) {
+			return fmt.Errorf("job %s: the layout of its topics: %w", c.name(), err)
+		}
+		w.stopJob(err)
+		w.awaitSignal(ctx)
+		return fmt.Errorf("job %s: %w", c.name(), err)
+	}
+	w.parts = int(w.layout.partitions)
+	for _, t := range c.Tasks {
+		if t >= w.parts {
+			return cli.UsageError{Err: fmt.Errorf("--tasks: task %d has no partition: job %s has %d tasks (0..%d)", t, c.name(), w.parts, w.parts-1)}
+		}
+	}
+
 	rc := runtime.Config{
 		Storage: w.storage,
 		Checkpoint: checkpoint.Config{
@@ -257,8 +294,11 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	if len(c.Tasks) > 0 {
 		mode = "static tasks"
 	}
+	watched := make(chan struct{})
+	go func() { defer close(watched); w.watchLayout(runCtx) }()
+	defer func() { cancel(); <-watched }()
 	log.Info("starting", "job", c.Job, "name", c.name(), "input", c.Input, "output", c.Output,
-		"assignment", mode, "tasks", c.Tasks, "partitions", parts, "checkpoints", c.Checkpoints, "state_backend", c.StateBackend,
+		"assignment", mode, "tasks", c.Tasks, "partitions", w.parts, "checkpoints", c.Checkpoints, "state_backend", c.StateBackend,
 		"delivery", c.delivery(), "kafka_security", c.Security.Describe())
 
 	if len(c.Tasks) > 0 {
@@ -266,8 +306,14 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	} else {
 		err = w.runGroup(runCtx)
 	}
+	if w.stopErr() != nil {
+		w.awaitSignal(runCtx)
+	}
 	cancel()
 	w.runner.Wait()
+	if serr := w.stopErr(); serr != nil {
+		return fmt.Errorf("job %s: %w", c.name(), serr)
+	}
 	if ferr := w.fatalErr(); ferr != nil {
 		return fmt.Errorf("job %s: %w", c.name(), ferr)
 	}
@@ -276,6 +322,106 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	}
 	log.Info("stopped", "records_in", w.stats.In.Load(), "records_out", w.stats.Out.Load())
 	return nil
+}
+
+// stopsJob reports whether err stops the job on this worker for good.
+func stopsJob(err error) bool {
+	var se *stopError
+	return errors.Is(err, checkpoint.ErrLayoutChanged) || errors.As(err, &se)
+}
+
+// stopJob stops the job on this worker for good, because of err: every
+// task stops at once, without a final checkpoint (what a task processed
+// under a changed layout must never commit), no task starts again (the
+// group's assignments are ignored, as while draining), /readyz answers 503
+// with err, weir_job_stopped says why, and the worker waits for SIGTERM.
+// Only the first call does anything.
+func (w *worker) stopJob(err error) {
+	reason := stopReason(err)
+	w.startMu.Lock() // no task starts after this
+	w.mu.Lock()
+	first := w.stop == nil
+	if first {
+		w.stop, w.stopReason, w.stopSince = err, reason, time.Now()
+	}
+	w.mu.Unlock()
+	var running []int
+	if first && w.runner != nil {
+		running = w.runner.Running()
+	}
+	w.startMu.Unlock()
+	if !first {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, t := range running {
+		wg.Go(func() {
+			w.runner.Abort(t)
+			w.setTask(t, func(s *taskStatus) {
+				if s.State != stateFailed {
+					s.State, s.Since, s.Err = stateStopped, time.Now(), "stopped with the job: "+reason
+				}
+			})
+		})
+	}
+	wg.Wait()
+	w.metrics.jobStopped.WithLabelValues(reason).Set(1)
+	w.log.Error("job stopped on this worker: it cannot run correctly on its topics as they are; "+
+		"no task runs here until the worker is stopped (SIGTERM)",
+		"reason", reason, "tasks_stopped", running, "err", err)
+}
+
+// stopErr is why the job stopped on this worker, nil if it did not.
+func (w *worker) stopErr() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.stop
+}
+
+// awaitSignal waits for the drain (SIGTERM) or the end of ctx: what a
+// worker whose job stopped does, serving its status until then.
+func (w *worker) awaitSignal(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+	case <-w.opts.Drain:
+	}
+}
+
+// watchLayout compares the layout of the job's topics with its record
+// every Config.LayoutCheckInterval until ctx ends, and stops the job when
+// they differ. A check Kafka does not answer is logged and tried again at
+// the next tick.
+func (w *worker) watchLayout(ctx context.Context) {
+	tick := time.NewTicker(w.cfg.LayoutCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if w.stopErr() != nil {
+			return
+		}
+		w.checkLayout(ctx, "interval")
+	}
+}
+
+// checkLayout compares the layout once (why: when) and stops the job if it
+// changed; it reports whether the job may go on.
+func (w *worker) checkLayout(ctx context.Context, why string) bool {
+	err := w.layout.check(ctx)
+	switch {
+	case err == nil:
+		return true
+	case stopsJob(err):
+		w.log.Info("the layout of the job's topics changed", "found_at", why)
+		w.stopJob(err)
+		return false
+	case ctx.Err() == nil:
+		w.log.Warn("cannot check the layout of the job's topics; checking again later", "at", why, "err", err)
+	}
+	return true
 }
 
 // runStatic runs c.Tasks with one epoch until they drained, ctx ends or
@@ -317,16 +463,20 @@ func (w *worker) drainAll(bound time.Duration) {
 	wg.Wait()
 }
 
-// startTask starts task t with epoch.
+// startTask starts task t with epoch, unless the job stopped here.
 func (w *worker) startTask(t int, epoch int64) {
+	w.startMu.Lock()
+	defer w.startMu.Unlock()
+	if w.stopErr() != nil {
+		w.log.Info("task not started: the job stopped on this worker", "task", t)
+		return
+	}
 	w.setTask(t, func(s *taskStatus) {
 		s.State, s.Epoch, s.Since, s.Err = stateRestoring, epoch, time.Now(), ""
 		s.assigned = time.Now()
 		s.RestoredFrom, s.Restore, s.FirstRecord = 0, 0, 0
 	})
 	w.metrics.tasksStarted.Inc()
-	w.startMu.Lock()
-	defer w.startMu.Unlock()
 	if err := w.runner.Start(t, epoch); err != nil {
 		w.log.Error("start task", "task", t, "err", err)
 	}
@@ -337,6 +487,12 @@ func (w *worker) startTask(t int, epoch int64) {
 func (w *worker) stopTask(t int, bound time.Duration, why string) runtime.StopResult {
 	if _, running := w.runner.Epoch(t); !running {
 		return runtime.StopResult{} // stopped already (a drain, a failure)
+	}
+	if w.stopErr() != nil {
+		// The job stopped: what the task processed since its last
+		// checkpoint may be of a changed layout, never to be committed.
+		w.runner.Abort(t)
+		return runtime.StopResult{Err: fmt.Errorf("task %d: stopped with the job, without a final checkpoint", t)}
 	}
 	w.log.Info("task revoked", "task", t, "why", why)
 	w.setTask(t, func(s *taskStatus) { s.State, s.Since = stateStopping, time.Now() })
@@ -376,6 +532,12 @@ func (w *worker) taskEnded(t int, err error) {
 		// of the whole worker must not pass such a task for a clean stop.
 		w.log.Warn("task handed over while down after a failure; its next owner restores its last checkpoint", "task", t, "err", err)
 		w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateStopped, time.Now(), err.Error() })
+		return
+	case stopsJob(err):
+		// Its checkpoint was taken under another layout: so was every
+		// other task's, whether they noticed yet or not.
+		w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateFailed, time.Now(), err.Error() })
+		w.stopJob(err) // it names the task
 		return
 	case errors.Is(err, runtime.ErrSuperseded) && len(w.cfg.Tasks) == 0:
 		w.log.Error("task stopped: a newer owner has it; giving it back to the group", "task", t, "err", err)
