@@ -118,6 +118,9 @@ func (r *Runner) Start(id int, epoch int64) error {
 	if id < 0 {
 		return fmt.Errorf("task %d: negative index", id)
 	}
+	if r.cfg.Partitions > 0 && id >= r.cfg.Partitions {
+		return fmt.Errorf("task %d: no partition: the input has %d (tasks 0..%d)", id, r.cfg.Partitions, r.cfg.Partitions-1)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.tasks[id]; ok {
@@ -292,7 +295,9 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) erro
 			failures, backoff = 0, cfg.RestartBackoff
 		}
 		failures++
-		final := errors.Is(err, ErrSuperseded) || errors.Is(err, ErrIncompatibleCheckpoint)
+		// A mis-keyed record is where it is in the input: every restart
+		// would read it again and fail the same way.
+		final := errors.Is(err, ErrSuperseded) || errors.Is(err, ErrIncompatibleCheckpoint) || errors.Is(err, ErrMisKeyed)
 		restarting := (cfg.MaxRestarts < 0 || failures <= cfg.MaxRestarts) && !final
 		cfg.Observer.TaskFailed(plan.Name(), id, err, restarting)
 		if final {
