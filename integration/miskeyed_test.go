@@ -173,10 +173,10 @@ func readDeadLetters(ctx context.Context, t *testing.T, c *testcluster.Cluster, 
 	return out
 }
 
-// TestRepartitionKeysWithAnotherPartitioner: weir writes its repartition
-// topics with murmur2, whatever partitioner the input's producers use
-// (--partitioner): the word count's words, keyed after the hop, are
-// checked by murmur2 there, and pass.
+// TestRepartitionKeysWithAnotherPartitioner: a job has one partitioner,
+// the input producers' (--partitioner): weir writes its repartition topics
+// with it too, so that a key is in the same task in every topic the job
+// reads, and the word count's words, keyed after the hop, pass the check.
 func TestRepartitionKeysWithAnotherPartitioner(t *testing.T) {
 	c := testcluster.Kafka(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)

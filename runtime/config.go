@@ -79,13 +79,11 @@ type Config struct {
 	// goes to BadRecords. 0, the default, checks nothing: for inputs that
 	// nothing partitioned, as slices in tests.
 	Partitions int
-	// Partitioner is the partitioner of the input topics' producers;
-	// default: Kafka's murmur2 (the Java client's, franz-go's).
-	// TopicPartitioners overrides it for the topics it names, as a
-	// worker's repartition topics, which weir's own producers write with
-	// murmur2 whatever the input's producers use.
-	Partitioner       Partitioner
-	TopicPartitioners map[string]Partitioner
+	// Partitioner is the partitioner of the producers of every topic the
+	// job reads: one for the job, so that a key is in the same task in
+	// each (a worker writes its repartition topics with the input's).
+	// Default: Kafka's murmur2 (the Java client's, franz-go's).
+	Partitioner Partitioner
 	// BadRecords, if set, takes the records the task would otherwise fail
 	// on for their key (MisKeyedError), and the task goes on without them;
 	// nil: they fail the task.

@@ -112,30 +112,17 @@ func (k *Keyed[K, T]) guard(t *task) keyGuard {
 }
 
 // keyCheck is what a keyed operator checks keys with: the input's layout
-// and partitioners, and where bad records go.
+// and partitioner, and where bad records go.
 type keyCheck struct {
-	partitions int
-	bad        BadRecords
-	// partitioner is that of topic, the topic of the last record checked:
-	// a task's records come from one or a few topics, so this saves a
-	// map lookup per record.
+	partitions  int
 	partitioner Partitioner
-	topic       string
+	bad         BadRecords
 	// info is the operator's TaskInfo for BadRecords, made on first use.
 	info *TaskInfo
 }
 
 func (k *keyedState) initKeyCheck(t *task) {
-	k.check = keyCheck{partitions: t.cfg.Partitions, bad: t.cfg.BadRecords}
-	k.check.partitioner = k.partitionerOf(k.check.topic)
-}
-
-// partitionerOf is the partitioner of topic's producers.
-func (k *keyedState) partitionerOf(topic string) Partitioner {
-	if p, ok := k.t.cfg.TopicPartitioners[topic]; ok {
-		return p
-	}
-	return k.t.cfg.Partitioner
+	k.check = keyCheck{partitions: t.cfg.Partitions, partitioner: t.cfg.Partitioner, bad: t.cfg.BadRecords}
 }
 
 // checkKey checks the key of the record at hand, typed as the key function
@@ -148,10 +135,6 @@ func checkKey[K any](k *keyedState, g *keyGuard, key []byte, typed K) (bool, err
 		return true, nil
 	}
 	c := &k.check
-	if k.cursor.Topic != c.topic {
-		c.topic = k.cursor.Topic
-		c.partitioner = k.partitionerOf(c.topic)
-	}
 	owner := c.partitioner.Partition(key, c.partitions)
 	if owner == k.t.id {
 		return true, nil

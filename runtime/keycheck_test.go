@@ -261,15 +261,8 @@ func TestKeyedCheck(t *testing.T) {
 	}
 }
 
-// constant puts every key in one partition.
-type constant int
-
-func (c constant) Partition([]byte, int) int { return int(c) }
-func (c constant) String() string            { return fmt.Sprintf("constant-%d", int(c)) }
-
-// TestKeyedCheckPartitioners: Kafka's murmur2 is the default, and a topic's
-// own partitioner wins over it.
-func TestKeyedCheckPartitioners(t *testing.T) {
+// TestKeyedCheckDefaultPartitioner: Kafka's murmur2 is the default.
+func TestKeyedCheckDefaultPartitioner(t *testing.T) {
 	// A key murmur2 puts in partition 1 of 2, in task 0.
 	var stray string
 	for i := 0; stray == ""; i++ {
@@ -282,12 +275,6 @@ func TestKeyedCheckPartitioners(t *testing.T) {
 	var mk *runtime.MisKeyedError
 	if !errors.As(err, &mk) || mk.Partitioner != "murmur2" || mk.Owner != 1 {
 		t.Fatalf("by default, want murmur2 to put %q in task 1: %v", stray, err)
-	}
-	// The slice sources' records have no topic: "" is theirs.
-	n, err := runKeyed(t, 0, keyedInputs(-1), stream.KeyBy, runtime.Config{Partitions: 2, Partitioner: constant(1),
-		TopicPartitioners: map[string]runtime.Partitioner{"": firstDigit{}}})
-	if err != nil || n != 600 {
-		t.Fatalf("with the topic's partitioner: counted %d of 600, err %v", n, err)
 	}
 }
 

@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weirstream/weir/internal/partition"
 	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/source"
 )
@@ -96,19 +94,4 @@ func (b *badRecords) MisKeyed(ctx context.Context, info runtime.TaskInfo, pos ru
 // --dead-letter.
 func (c *Config) deadLettering() bool {
 	return c.OnDecodeError == string(source.DeadLetter) || (c.OnDecodeError == "" && c.DeadLetter != "")
-}
-
-// partitioners are the runtime's partitioners of the job's topics: the
-// input's producers' (--partitioner), and murmur2 for the internal topics,
-// which weir's own producers write with franz-go's default.
-func (c *Config) partitioners(internal []string) (runtime.Partitioner, map[string]runtime.Partitioner, error) {
-	in, err := partition.Parse(c.Partitioner)
-	if err != nil {
-		return nil, nil, errors.New("--partitioner: " + err.Error())
-	}
-	topics := map[string]runtime.Partitioner{}
-	for _, t := range internal {
-		topics[t] = partition.Murmur2
-	}
-	return in, topics, nil
 }

@@ -168,10 +168,6 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	if err := createInternalTopics(ctx, c.Brokers, internal, parts, w.kafka); err != nil {
 		return err
 	}
-	partitioner, topicPartitioners, err := c.partitioners(internal)
-	if err != nil {
-		return cli.UsageError{Err: err}
-	}
 	badRecs, closeBad, err := newBadRecords(c, internal, w.kafka)
 	if err != nil {
 		return err
@@ -243,10 +239,9 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		AllowNonRestoredState: c.AllowNonRestoredState,
 		// Every KeyBy is checked against the input's partitioning: a task
 		// holds the keys of its partition, and only those.
-		Partitions:        parts,
-		Partitioner:       partitioner,
-		TopicPartitioners: topicPartitioners,
-		BadRecords:        badRecs,
+		Partitions:  parts,
+		Partitioner: c.partitioner(),
+		BadRecords:  badRecs,
 		// The restart backoff must fit in the time CheckTimeout allowed
 		// for a restart, with room for the restore itself.
 		MaxRestartBackoff: max(c.RestartAllowance/2, 100*time.Millisecond),
@@ -274,7 +269,7 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	}
 	log.Info("starting", "job", c.Job, "name", c.name(), "input", c.Input, "output", c.Output,
 		"assignment", mode, "tasks", c.Tasks, "partitions", parts, "checkpoints", c.Checkpoints, "state_backend", c.StateBackend,
-		"delivery", c.delivery(), "partitioner", partitioner, "kafka_security", c.Security.Describe())
+		"delivery", c.delivery(), "partitioner", c.partitioner(), "kafka_security", c.Security.Describe())
 
 	if len(c.Tasks) > 0 {
 		err = w.runStatic(runCtx)
