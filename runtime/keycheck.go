@@ -57,8 +57,8 @@ type MisKeyedError struct {
 	Operator string // the keyed operator
 	KeyBy    string // the KeyBy that declared the key
 	Position Position
-	// Key is the key as the key function returned it (%#v), KeyBytes its
-	// key codec's encoding, which the partitioner hashed.
+	// Key is the key as the key function returned it (a string quoted),
+	// KeyBytes its key codec's encoding, which the partitioner hashed.
 	Key      string
 	KeyBytes []byte
 	// Task is the task the record is in; Owner the task (partition) that
@@ -91,9 +91,18 @@ func quoteKey(key []byte) string {
 	return strconv.Quote(string(key))
 }
 
-// showKey is a key function's result for an error, bounded.
+// showKey is a key function's result for an error, bounded: a string
+// quoted, anything else as %v prints it.
 func showKey(k any) string {
-	s := fmt.Sprintf("%#v", k)
+	var s string
+	switch k := k.(type) {
+	case string:
+		s = strconv.Quote(k)
+	case []byte:
+		s = quoteKey(k)
+	default:
+		s = fmt.Sprintf("%v", k)
+	}
 	if len(s) > 2*maxKeyShown {
 		return s[:2*maxKeyShown] + "..."
 	}

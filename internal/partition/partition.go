@@ -87,7 +87,7 @@ func (murmur2Partitioner) String() string { return "murmur2" }
 // Utils.toPositive(Utils.murmur2(key)) % n, where toPositive clears the
 // sign bit.
 func (murmur2Partitioner) Partition(key []byte, n int) int {
-	return int(murmur2(key)&0x7fffffff) % n
+	return int((murmur2(key) & 0x7fffffff) % uint32(n))
 }
 
 // murmur2 is the 32-bit MurmurHash2 of Kafka's Utils.murmur2: seed

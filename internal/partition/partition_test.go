@@ -156,3 +156,26 @@ func TestParse(t *testing.T) {
 		t.Errorf("Parse(consistent_random): %v", err)
 	}
 }
+
+// BenchmarkPartition is the cost of one key check's hash, per key size:
+// 8 bytes is a state.Int64 or Uint64 key, 16 a short string.
+func BenchmarkPartition(b *testing.B) {
+	for _, p := range All {
+		for _, size := range []int{8, 16, 64} {
+			key := make([]byte, size)
+			for i := range key {
+				key[i] = byte(i * 31)
+			}
+			b.Run(p.String()+"/"+strconv.Itoa(size), func(b *testing.B) {
+				sum := 0
+				for i := range b.N {
+					key[0] = byte(i)
+					sum += p.Partition(key, 8)
+				}
+				if sum < 0 {
+					b.Fatal(sum)
+				}
+			})
+		}
+	}
+}
