@@ -1,6 +1,7 @@
 package runtime_test
 
 import (
+	"encoding/binary"
 	"os"
 	"slices"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/partition"
 	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
@@ -116,6 +118,59 @@ func BenchmarkKeyedCount(b *testing.B) {
 	})
 }
 
+// BenchmarkKeyCheck measures the cost of the keyed invariant's check
+// (every KeyBy's key hashed with the input's partitioner, murmur2, and
+// compared with the task) on the keyed count of BenchmarkKeyedCount, 1M
+// keys, checkpoints off: b.N records with the check off (Partitions 0) and
+// on (Partitions 8, task 0 of 8) in turns (off, on, on, off, ...) for
+// WEIR_BENCH_PAIRS pairs (default 3), so that a drift of the machine's
+// speed weighs on both. Both run the same keys, all of which murmur2 puts
+// in partition 0 of 8, so no record fails the check. It reports the median
+// ns per record of each and their ratio; -v logs every run:
+//
+//	go test ./runtime -run '^$' -bench KeyCheck -cpu 1 -benchtime 20000000x
+func BenchmarkKeyCheck(b *testing.B) {
+	pairs := 3
+	if s := os.Getenv("WEIR_BENCH_PAIRS"); s != "" {
+		var err error
+		if pairs, err = strconv.Atoi(s); err != nil || pairs < 1 {
+			b.Fatalf("WEIR_BENCH_PAIRS=%q: want a positive number", s)
+		}
+	}
+	table := keysOfTask0()
+	keyOf := func(n uint64) uint64 { return table[n%uint64(len(table))] }
+	var off, on []float64
+	for i := range 2 * pairs {
+		if (i+1)/2%2 == 0 {
+			off = append(off, float64(runKeyedCountWith(b, keyOf, 0, b.N, 0, &pauses{}).Nanoseconds())/float64(b.N))
+			b.Logf("leg %d: check off: %.1f ns/record", i, off[len(off)-1])
+		} else {
+			on = append(on, float64(runKeyedCountWith(b, keyOf, checkPartitions, b.N, 0, &pauses{}).Nanoseconds())/float64(b.N))
+			b.Logf("leg %d: check on: %.1f ns/record", i, on[len(on)-1])
+		}
+	}
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(median(off), "off-ns/record")
+	b.ReportMetric(median(on), "on-ns/record")
+	b.ReportMetric(median(on)-median(off), "check-ns/record")
+	b.ReportMetric(100*median(on)/median(off), "on/off-%")
+}
+
+// checkPartitions is BenchmarkKeyCheck's partition count.
+const checkPartitions = 8
+
+// keysOfTask0 are the 1M smallest keys murmur2 puts in partition 0 of
+// checkPartitions, as state.Uint64 encodes them; made once per process.
+var keysOfTask0 = sync.OnceValue(func() []uint64 {
+	table := make([]uint64, 0, 1<<20)
+	for k := uint64(0); len(table) < cap(table); k++ {
+		if partition.Murmur2.Partition(binary.BigEndian.AppendUint64(nil, k), checkPartitions) == 0 {
+			table = append(table, k)
+		}
+	}
+	return table
+})
+
 func median(xs []float64) float64 {
 	s := slices.Clone(xs)
 	slices.Sort(s)
@@ -129,10 +184,17 @@ func median(xs []float64) float64 {
 // every interval (0: off) and returns how long Run took.
 func runKeyedCount(b *testing.B, keys uint64, n int, interval time.Duration, obs *pauses) time.Duration {
 	b.Helper()
+	return runKeyedCountWith(b, func(n uint64) uint64 { return n % keys }, 0, n, interval, obs)
+}
+
+// runKeyedCountWith runs it keyed by keyOf, on task 0 of partitions (0:
+// no key check).
+func runKeyedCountWith(b *testing.B, keyOf func(uint64) uint64, partitions int, n int, interval time.Duration, obs *pauses) time.Duration {
+	b.Helper()
 	job := stream.NewJob("bench")
 	src := stream.Source(job, "numbers", stream.GeneratorSource(int64(n), func(_ int, i int64) uint64 { return uint64(i) }))
 	mapped := stream.Map(src, "scramble", func(n uint64) (uint64, error) { return n * 0x9E3779B97F4A7C15, nil })
-	keyed := stream.KeyBy(mapped, "by-key", func(n uint64) uint64 { return n % keys }, state.Uint64())
+	keyed := stream.KeyBy(mapped, "by-key", keyOf, state.Uint64())
 	counts := stream.Process(keyed, "count", func(s *stream.Setup) (stream.Processor[uint64, uint64, int64], error) {
 		count, err := stream.ValueState(s, "count", state.Int64())
 		return stream.Processor[uint64, uint64, int64]{
@@ -167,6 +229,7 @@ func runKeyedCount(b *testing.B, keys uint64, n int, interval time.Duration, obs
 		StateDir:     b.TempDir(),
 		StateBackend: benchBackend(),
 		Observer:     obs,
+		Partitions:   partitions,
 	})
 	elapsed := time.Since(start)
 	b.StopTimer()

@@ -71,7 +71,24 @@ type Config struct {
 	// renamed source then reads from its start position. Pending
 	// transactions of a removed sink are never dropped.
 	AllowNonRestoredState bool
-	Logger                *slog.Logger
+	// Partitions is the partition count of the job's input topics, which
+	// is its number of tasks. With it, every keyed operator checks that
+	// the key of each record is one Partitioner sends to the record's task
+	// (the keyed invariant: a KeyBy declares that the input is partitioned
+	// by its key); a record of another task's key is a MisKeyedError, or
+	// goes to BadRecords. 0, the default, checks nothing: for inputs that
+	// nothing partitioned, as slices in tests.
+	Partitions int
+	// Partitioner is the partitioner of the producers of every topic the
+	// job reads: one for the job, so that a key is in the same task in
+	// each (a worker writes its repartition topics with the input's).
+	// Default: Kafka's murmur2 (the Java client's, franz-go's).
+	Partitioner Partitioner
+	// BadRecords, if set, takes the records the task would otherwise fail
+	// on for their key (MisKeyedError), and the task goes on without them;
+	// nil: they fail the task.
+	BadRecords BadRecords
+	Logger     *slog.Logger
 	// Observer hears about barriers and checkpoints (metrics, status page).
 	Observer Observer
 	// Drain, when closed, stops the job gracefully: every task stops reading
@@ -159,6 +176,17 @@ func (c *Config) Validate(job string) error {
 	}
 	if c.ChannelCapacity < 0 {
 		errs = append(errs, fmt.Errorf("channel capacity: %d is negative", c.ChannelCapacity))
+	}
+	if c.Partitions < 0 {
+		errs = append(errs, fmt.Errorf("partitions: %d is negative", c.Partitions))
+	}
+	for _, t := range c.Tasks {
+		if c.Partitions > 0 && t >= c.Partitions {
+			errs = append(errs, fmt.Errorf("tasks: %d has no partition: the input has %d (tasks 0..%d)", t, c.Partitions, c.Partitions-1))
+		}
+	}
+	if c.Partitioner == nil {
+		c.Partitioner = defaultPartitioner
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultBatchSize

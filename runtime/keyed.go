@@ -19,10 +19,15 @@ type Keyed[K, T any] struct {
 	name  string
 	keyFn func(T) K
 	codec state.Codec[K]
+	// local: the keys are the task's own (LocalKeyBy), not checked.
+	local bool
 }
 
-// KeyBy declares how to key a stream. It adds no operator: the key is
-// computed by the keyed operator that consumes it.
+// KeyBy declares how to key a stream. It adds no operator and moves no
+// record: it declares that the input is partitioned by the key, the key's
+// codec bytes being the record key the input's producers partitioned by.
+// With Config.Partitions set, the keyed operator that consumes it checks
+// that declaration on every record (see MisKeyedError).
 func KeyBy[K, T any](in *Port[T], name string, keyFn func(T) K, codec state.Codec[K]) *Keyed[K, T] {
 	if keyFn == nil {
 		in.g.errorf("keyBy %q: key function is nil", name)
@@ -31,6 +36,16 @@ func KeyBy[K, T any](in *Port[T], name string, keyFn func(T) K, codec state.Code
 		in.g.errorf("keyBy %q: key codec is nil", name)
 	}
 	return &Keyed[K, T]{in: in, name: name, keyFn: keyFn, codec: codec}
+}
+
+// LocalKeyBy keys a stream within each task, whatever the input's
+// partitioning: state is per key per task, and the same key in two tasks
+// is two states. It is for state that is partial on purpose, as a
+// pre-aggregation per task before a repartition; its keys are not checked.
+func LocalKeyBy[K, T any](in *Port[T], name string, keyFn func(T) K, codec state.Codec[K]) *Keyed[K, T] {
+	k := KeyBy(in, name, keyFn, codec)
+	k.local = true
+	return k
 }
 
 // Setup is what a keyed operator's factory declares its state with, once per
@@ -150,9 +165,11 @@ type keyedState struct {
 	timers  *state.Timers
 	etimers *state.Timers
 	wm      int64 // the last watermark, noWatermark before the first
+	check   keyCheck
 }
 
 func (k *keyedState) open(t *task, n *node) error {
+	k.initKeyCheck(t)
 	// The backend creates the directory if it keeps files there.
 	b, err := t.backends(t.id, n.name, filepath.Join(t.stateDir, n.name))
 	if err != nil {
@@ -279,6 +296,7 @@ func (k *keyedState) snapshot(id checkpoint.ID, alignment time.Duration) {
 
 type keyedOp[K, In, Out any] struct {
 	keyedState
+	guard  keyGuard
 	keyFn  func(In) K
 	codec  state.Codec[K]
 	keyBuf []byte
@@ -296,6 +314,9 @@ func (o *keyedOp[K, In, Out]) apply(v In) (err error) {
 	defer o.recoverTo(&err)
 	k := o.keyFn(v)
 	o.keyBuf = o.codec.Append(o.keyBuf[:0], k)
+	if ok, err := checkKey(&o.keyedState, &o.guard, o.keyBuf, k); !ok {
+		return err
+	}
 	o.scope.Set(o.keyBuf)
 	o.ctx.key = k
 	return o.proc.Process(&o.ctx, v)
@@ -367,7 +388,7 @@ func KeyedProcess[K, In, Out any](in *Keyed[K, In], name string, factory func(s 
 	out := newPort[Out](g, n)
 	connect(in.in, n, 0)
 	n.build = func(t *task) error {
-		o := &keyedOp[K, In, Out]{keyFn: in.keyFn, codec: in.codec, out: out.output(t)}
+		o := &keyedOp[K, In, Out]{guard: in.guard(t), keyFn: in.keyFn, codec: in.codec, out: out.output(t)}
 		o.opBase = t.base(n)
 		o.wm = noWatermark
 		if err := o.open(t, n); err != nil {

@@ -304,6 +304,8 @@ type CoProcessor[K, In1, In2, Out any] struct {
 
 type coProcessOp[K, In1, In2, Out any] struct {
 	keyedState
+	guard1 keyGuard
+	guard2 keyGuard
 	key1   func(In1) K
 	key2   func(In2) K
 	codec  state.Codec[K]
@@ -313,21 +315,31 @@ type coProcessOp[K, In1, In2, Out any] struct {
 	out    endpoint[Out]
 }
 
-func (o *coProcessOp[K, In1, In2, Out]) setKey(k K) {
+// setKey makes k the key at hand, once checkKey said that it belongs to
+// the task; false: skip the record (set aside, or err).
+func (o *coProcessOp[K, In1, In2, Out]) setKey(g *keyGuard, k K) (bool, error) {
 	o.keyBuf = o.codec.Append(o.keyBuf[:0], k)
+	if ok, err := checkKey(&o.keyedState, g, o.keyBuf, k); !ok {
+		return false, err
+	}
 	o.scope.Set(o.keyBuf)
 	o.ctx.key = k
+	return true, nil
 }
 
 func (o *coProcessOp[K, In1, In2, Out]) apply1(v In1) (err error) {
 	defer o.recoverTo(&err)
-	o.setKey(o.key1(v))
+	if ok, err := o.setKey(&o.guard1, o.key1(v)); !ok {
+		return err
+	}
 	return o.proc.Process1(&o.ctx, v)
 }
 
 func (o *coProcessOp[K, In1, In2, Out]) apply2(v In2) (err error) {
 	defer o.recoverTo(&err)
-	o.setKey(o.key2(v))
+	if ok, err := o.setKey(&o.guard2, o.key2(v)); !ok {
+		return err
+	}
 	return o.proc.Process2(&o.ctx, v)
 }
 
@@ -381,7 +393,7 @@ func CoProcess[K, In1, In2, Out any](in1 *Keyed[K, In1], in2 *Keyed[K, In2], nam
 	connect(in2.in, n, 1)
 	n.build = func(t *task) error {
 		r := t.rootOf(n)
-		o := &coProcessOp[K, In1, In2, Out]{key1: in1.keyFn, key2: in2.keyFn, codec: in1.codec, out: out.output(t)}
+		o := &coProcessOp[K, In1, In2, Out]{guard1: in1.guard(t), guard2: in2.guard(t), key1: in1.keyFn, key2: in2.keyFn, codec: in1.codec, out: out.output(t)}
 		o.opBase = t.base(n)
 		o.wm = noWatermark
 		if err := o.open(t, n); err != nil {

@@ -37,8 +37,10 @@ type opBase struct {
 }
 
 func (b *opBase) recordErr(err error) error {
+	// A MisKeyedError names the record and the operator already.
 	var re *RecordError
-	if errors.As(err, &re) {
+	var mk *MisKeyedError
+	if errors.As(err, &re) || errors.As(err, &mk) {
 		return err
 	}
 	return &RecordError{Job: b.t.job, Task: b.t.id, Operator: b.name, Position: *b.cursor, Err: err}

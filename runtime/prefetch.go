@@ -70,6 +70,9 @@ func (o *keyedOp[K, In, Out]) encodeKeys(vals []In) (n int) {
 // applyKeyed processes v, whose key k encodes as key.
 func (o *keyedOp[K, In, Out]) applyKeyed(k K, key []byte, v In) (err error) {
 	defer o.recoverTo(&err)
+	if ok, err := checkKey(&o.keyedState, &o.guard, key, k); !ok {
+		return err
+	}
 	o.scope.Set(key)
 	o.ctx.key = k
 	return o.proc.Process(&o.ctx, v)

@@ -118,6 +118,9 @@ func (r *Runner) Start(id int, epoch int64) error {
 	if id < 0 {
 		return fmt.Errorf("task %d: negative index", id)
 	}
+	if r.cfg.Partitions > 0 && id >= r.cfg.Partitions {
+		return fmt.Errorf("task %d: no partition: the input has %d (tasks 0..%d)", id, r.cfg.Partitions, r.cfg.Partitions-1)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, ok := r.tasks[id]; ok {
@@ -294,11 +297,11 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) erro
 		failures++
 		// Restarting cannot mend these: another owner has the task, its
 		// checkpoints cannot be restored without losing or repeating
-		// output, or the layout of its topics changed (which does not
-		// change back, and a source that opened on the new layout would
-		// process it).
+		// output, the layout of its topics changed (which does not change
+		// back, and a source that opened on the new layout would process
+		// it), or a mis-keyed record sits in the input, to be read again.
 		final := errors.Is(err, ErrSuperseded) || errors.Is(err, ErrIncompatibleCheckpoint) ||
-			errors.Is(err, ErrNoValidCheckpoint) || errors.Is(err, checkpoint.ErrLayoutChanged)
+			errors.Is(err, ErrNoValidCheckpoint) || errors.Is(err, checkpoint.ErrLayoutChanged) || errors.Is(err, ErrMisKeyed)
 		restarting := (cfg.MaxRestarts < 0 || failures <= cfg.MaxRestarts) && !final
 		cfg.Observer.TaskFailed(plan.Name(), id, err, restarting)
 		if final {

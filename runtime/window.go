@@ -135,6 +135,7 @@ type windowContents[K, In, Out any] interface {
 
 type windowOp[K, In, Out any] struct {
 	keyedState
+	guard    keyGuard
 	keyFn    func(In) K
 	codec    state.Codec[K]
 	assigner WindowAssigner
@@ -165,15 +166,23 @@ func (o *windowOp[K, In, Out]) tooLate(end int64) bool {
 	return o.wm != noWatermark && end-1+o.lateness <= o.wm
 }
 
-func (o *windowOp[K, In, Out]) setKey(v In) {
+// setKey makes v's key the key at hand, once checkKey said that it
+// belongs to the task; false: skip the record (set aside, or err).
+func (o *windowOp[K, In, Out]) setKey(v In) (bool, error) {
 	o.key = o.keyFn(v)
 	o.keyBuf = o.codec.Append(o.keyBuf[:0], o.key)
+	if ok, err := checkKey(&o.keyedState, &o.guard, o.keyBuf, o.key); !ok {
+		return false, err
+	}
 	o.scope.Set(o.keyBuf)
+	return true, nil
 }
 
 func (o *windowOp[K, In, Out]) apply(v In) (err error) {
 	defer o.recoverTo(&err)
-	o.setKey(v)
+	if ok, err := o.setKey(v); !ok {
+		return err
+	}
 	ts := o.cursor.Timestamp
 	if o.assigner.kind == session {
 		return o.addToSession(v, ts)
@@ -432,7 +441,7 @@ func addWindow[K, In, Out any](in *Keyed[K, In], name string, w WindowAssigner, 
 	late := newPort[In](g, n)
 	connect(in.in, n, 0)
 	n.build = func(t *task) error {
-		o := &windowOp[K, In, Out]{keyFn: in.keyFn, codec: in.codec, assigner: w, lateness: opts.AllowedLateness.Milliseconds(),
+		o := &windowOp[K, In, Out]{guard: in.guard(t), keyFn: in.keyFn, codec: in.codec, assigner: w, lateness: opts.AllowedLateness.Milliseconds(),
 			out: out.output(t), late: late.output(t)}
 		o.opBase = t.base(n)
 		o.wm = noWatermark

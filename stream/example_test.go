@@ -2,6 +2,7 @@ package stream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -87,4 +88,48 @@ func Example() {
 	// not=1
 	// to=2
 	// be=2
+}
+
+// KeyBy declares that the input is partitioned by the key. Given the
+// input's partition count, every keyed operator checks each record: here
+// task 0 of 2 reads a word that murmur2, Kafka's partitioner, puts in
+// partition 1, and the task fails for good naming it (a worker can
+// dead-letter it instead). Keyed with stream.LocalKeyBy, task 0 would
+// count it, a partial count on purpose.
+func ExampleKeyBy() {
+	job := stream.NewJob("wordcount")
+	lines := stream.Source(job, "lines", stream.SliceSource([][]string{{"to be or"}, {}}))
+	words := stream.FlatMap(lines, "split", func(line string, out *stream.Emitter[string]) error {
+		for _, w := range strings.Fields(line) {
+			if err := out.Emit(w); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	byWord := stream.KeyBy(words, "by-word", func(w string) string { return w }, state.String())
+	seen := stream.Process(byWord, "seen", func(*stream.Setup) (stream.Processor[string, string, string], error) {
+		return stream.Processor[string, string, string]{
+			Process: func(ctx *stream.Context[string, string], w string) error { return ctx.Emit(w) },
+		}, nil
+	})
+	stream.Sink(seen, "print", func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[string], error) {
+		return &printSink{}, nil
+	})
+	plan, err := job.Build()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = runtime.Run(context.Background(), plan, runtime.Config{
+		Tasks:      []int{0},
+		Partitions: 2,
+		Storage:    checkpoint.NewMemory(checkpoint.MemoryOptions{}),
+	})
+	var mk *runtime.MisKeyedError
+	if errors.As(err, &mk) {
+		fmt.Printf("%s: key %s belongs to task %d, not task %d\n", mk.Operator, mk.Key, mk.Owner, mk.Task)
+	}
+	// Output:
+	// seen: key "or" belongs to task 1, not task 0
 }

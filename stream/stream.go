@@ -140,9 +140,23 @@ func FlatMap[In, Out any](s Stream[In], name string, fn func(In, *Emitter[Out]) 
 	return Stream[Out]{p: runtime.FlatMap(s.p, name, fn)}
 }
 
-// KeyBy keys a stream by keyFn; codec encodes the key for state.
+// KeyBy keys a stream by keyFn; codec encodes the key for state. It moves
+// no record: it declares that the input is already partitioned by the key,
+// as it is when the key is the Kafka record key and codec encodes it as
+// the input's producers did. A worker checks that on every record: a
+// record whose key belongs to another task is a bad record (dead-lettered
+// or failing the task), never partial state. To key by anything else, move
+// the records with worker.Repartition.
 func KeyBy[K, T any](s Stream[T], name string, keyFn func(T) K, codec state.Codec[K]) KeyedStream[K, T] {
 	return KeyedStream[K, T]{k: runtime.KeyBy(s.p, name, keyFn, codec)}
+}
+
+// LocalKeyBy keys a stream within each task, whatever the input's
+// partitioning, and is not checked: state is per key per task, and the
+// same key in two tasks is two states. It is for state that is partial on
+// purpose, as a pre-aggregation per task before a repartition.
+func LocalKeyBy[K, T any](s Stream[T], name string, keyFn func(T) K, codec state.Codec[K]) KeyedStream[K, T] {
+	return KeyedStream[K, T]{k: runtime.LocalKeyBy(s.p, name, keyFn, codec)}
 }
 
 // Process adds a keyed operator. factory runs once per task: it declares

@@ -15,6 +15,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/cli"
+	"github.com/weirstream/weir/internal/partition"
 	"github.com/weirstream/weir/sink"
 	"github.com/weirstream/weir/source"
 )
@@ -43,6 +44,15 @@ type Config struct {
 	// Input and Output are the topics the job reads and writes. Required.
 	Input  string
 	Output string
+	// Partitioner is the partitioner the input topic's producers used:
+	// murmur2 (the default: Kafka's Java client and Kafka Streams,
+	// franz-go, librdkafka's murmur2 and murmur2_random), crc32
+	// (librdkafka's consistent and consistent_random, its default:
+	// confluent-kafka-go, -python, -dotnet) or fnv1a (Sarama's default,
+	// librdkafka's fnv1a). Every KeyBy of the job checks each record's key
+	// against it: a key it sends to another task is a bad record
+	// (OnDecodeError), never a second, partial state (see stream.KeyBy).
+	Partitioner string
 	// Tasks, if set, are the task indexes (= input partitions) this worker
 	// runs, always: a static assignment, without the consumer group. By
 	// default the workers of a job join one consumer group (the group id is
@@ -128,11 +138,12 @@ type Config struct {
 	// Start is where a task without a checkpoint starts reading: earliest
 	// (default), latest, or an RFC 3339 timestamp.
 	Start string
-	// DeadLetter is the topic for input records that fail to decode. It
-	// must exist.
+	// DeadLetter is the topic for bad input records: those that fail to
+	// decode, and those whose key belongs to another task (Partitioner).
+	// It must exist.
 	DeadLetter string
-	// OnDecodeError is dead-letter or fail. Default: dead-letter when
-	// DeadLetter is set, fail otherwise.
+	// OnDecodeError is what becomes of a bad input record: dead-letter or
+	// fail. Default: dead-letter when DeadLetter is set, fail otherwise.
 	OnDecodeError string
 	// Epoch is the fencing epoch of a worker with static Tasks, written into
 	// its manifests; it must be larger than that of every earlier owner of
@@ -172,6 +183,7 @@ func DefaultConfig() Config {
 		TxnTimeout:        60 * time.Second,
 		RestartAllowance:  30 * time.Second,
 		Start:             string(source.StartEarliest),
+		Partitioner:       partition.Murmur2.String(),
 		SessionTimeout:    10 * time.Second,
 		HeartbeatInterval: time.Second,
 		RebalanceTimeout:  time.Minute,
@@ -231,6 +243,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Input != "" && c.Input == c.Output {
 		bad("output", "%q is also the input topic", c.Output)
+	}
+	if _, err := partition.Parse(c.Partitioner); err != nil {
+		bad("partitioner", "%q, want %s (the partitioner of the input's producers)", c.Partitioner, partition.Names())
 	}
 	seen := map[int]bool{}
 	for _, t := range c.Tasks {
@@ -422,6 +437,8 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	c.Security.RegisterFlags(fs)
 	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
 	fs.StringVar(&c.Output, "output", c.Output, "output topic (required)")
+	fs.StringVar(&c.Partitioner, "partitioner", c.Partitioner, "the partitioner the input topic's producers used, which every KeyBy checks each record's key against: "+
+		"murmur2 (Kafka's Java client, Kafka Streams, franz-go), crc32 (librdkafka's default consistent_random: confluent-kafka-go, -python, -dotnet) or fnv1a (Sarama's default)")
 	fs.Var(cli.Ints{V: &c.Tasks}, "tasks", "static tasks (input partitions) to run, comma-separated, without the consumer group (default: the group assigns them)")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "group session timeout: a silent worker's tasks move after this")
 	fs.DurationVar(&c.HeartbeatInterval, "heartbeat-interval", c.HeartbeatInterval, "group heartbeat interval")
@@ -445,8 +462,8 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TxnTimeout, "txn-timeout", c.TxnTimeout, "sink transaction timeout (exactly-once; > interval × (tolerable failures + 1) + restart allowance)")
 	fs.DurationVar(&c.RestartAllowance, "restart-allowance", c.RestartAllowance, "time a failed task may take to restart and resume its transactions")
 	fs.StringVar(&c.Start, "start", c.Start, "where a task without checkpoint starts: earliest, latest or an RFC 3339 time")
-	fs.StringVar(&c.DeadLetter, "dead-letter", c.DeadLetter, "topic for input records that fail to decode (must exist)")
-	fs.StringVar(&c.OnDecodeError, "on-decode-error", c.OnDecodeError, "dead-letter or fail (default: dead-letter with --dead-letter, else fail)")
+	fs.StringVar(&c.DeadLetter, "dead-letter", c.DeadLetter, "topic for bad input records: those that fail to decode or whose key belongs to another task (must exist)")
+	fs.StringVar(&c.OnDecodeError, "on-decode-error", c.OnDecodeError, "what becomes of a bad input record: dead-letter or fail (default: dead-letter with --dead-letter, else fail)")
 	fs.Int64Var(&c.Epoch, "epoch", c.Epoch, "fencing epoch with --tasks, must grow across owners (default: allocated from checkpoint storage)")
 	fs.DurationVar(&c.LayoutCheckInterval, "layout-check-interval", c.LayoutCheckInterval, "how often to compare the topics' partition counts and ids with the job's layout record (also at start and every rebalance); a change stops the job")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "serve the status page, /metrics, /healthz and /readyz at host:port (port 0: any free port; off: none)")

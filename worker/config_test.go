@@ -72,6 +72,7 @@ func TestValidateNamesTheBadSetting(t *testing.T) {
 		}},
 		{"txn timeout unit", func(c *Config) { c.TxnTimeout = time.Millisecond }, []string{"--txn-timeout: 1ms, want at least 1s"}},
 		{"start", func(c *Config) { c.Start = "yesterday" }, []string{`--start: "yesterday"`}},
+		{"partitioner", func(c *Config) { c.Partitioner = "consistent_random" }, []string{`--partitioner: "consistent_random", want murmur2, crc32 or fnv1a`}},
 		{"dead letter needs topic", func(c *Config) { c.OnDecodeError = "dead-letter" }, []string{"--on-decode-error: dead-letter needs --dead-letter"}},
 		{"dead letter unused", func(c *Config) { c.OnDecodeError, c.DeadLetter = "fail", "dlq" }, []string{"--dead-letter: \"dlq\" set"}},
 		{"on decode error", func(c *Config) { c.OnDecodeError = "ignore" }, []string{`--on-decode-error: "ignore"`}},
@@ -125,8 +126,8 @@ func TestValidateAcceptsStorageAndBackends(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Error(err)
 	}
-	if d := DefaultConfig(); d.StateBackend != "pebble" {
-		t.Errorf("default state backend %q, want pebble", d.StateBackend)
+	if d := DefaultConfig(); d.StateBackend != "pebble" || d.Partitioner != "murmur2" {
+		t.Errorf("default state backend %q, want pebble; default partitioner %q, want murmur2 (Kafka's)", d.StateBackend, d.Partitioner)
 	}
 }
 
@@ -160,7 +161,7 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		env("WEIR_OUTPUT", "counts", "WEIR_INTERVAL", "5s", "WEIR_TOLERABLE_FAILURES", "1",
 			"WEIR_CHECKPOINT_TIMEOUT", "30s", "WEIR_ON_DECODE_ERROR", "dead-letter", "WEIR_DEAD_LETTER", "dlq",
 			"WEIR_EPOCH", "42", "WEIR_HANDOFF_TIMEOUT", "7s", "WEIR_START", "latest", "WEIR_STATE_BACKEND", "memory", "WEIR_STATE_MEMTABLE_SIZE", "8MiB",
-			"WEIR_STATE_CACHE_SIZE", "1048576", "WEIR_CHECKPOINTS", "s3://ckpt/weir?region=eu-west-1", "WEIR_LAYOUT_CHECK_INTERVAL", "2s"),
+			"WEIR_STATE_CACHE_SIZE", "1048576", "WEIR_CHECKPOINTS", "s3://ckpt/weir?region=eu-west-1", "WEIR_LAYOUT_CHECK_INTERVAL", "2s", "WEIR_PARTITIONER", "crc32"),
 		&stderr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
@@ -179,8 +180,8 @@ func TestFlagsAndEnvironment(t *testing.T) {
 		t.Errorf("state settings from the environment: backend %q memtable %d cache %d checkpoints %q",
 			c.StateBackend, c.StateMemtableSize, c.StateCacheSize, c.Checkpoints)
 	}
-	if c.OnDecodeError != "dead-letter" || c.DeadLetter != "dlq" {
-		t.Errorf("dead letter settings: %q %q", c.OnDecodeError, c.DeadLetter)
+	if c.OnDecodeError != "dead-letter" || c.DeadLetter != "dlq" || c.Partitioner != "crc32" {
+		t.Errorf("bad record settings: %q %q, partitioner %q", c.OnDecodeError, c.DeadLetter, c.Partitioner)
 	}
 	if !slices.Equal(c.Tasks, []int{0, 2}) || !slices.Equal(c.Brokers, []string{"a:1", "b:2"}) {
 		t.Errorf("lists: tasks %v brokers %v", c.Tasks, c.Brokers)

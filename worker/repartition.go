@@ -20,7 +20,8 @@ import (
 // Repartition keys s by key, moving each record to the task of its key
 // through an internal topic, as Kafka Streams' repartition topics do: each
 // task writes its records, with key encoded by keyCodec as the Kafka key
-// (the partition follows its hash, as for any Kafka producer), to
+// (the partition follows its hash by --partitioner, as the input's
+// producers place their keys, so that a key is in one task in both), to
 // <name>-<op>-repartition in the transactions of its checkpoints, and reads
 // partition task of that topic read_committed. A record therefore reaches
 // its new task once the checkpoint that wrote it completes: exactly once,
@@ -47,8 +48,11 @@ func Repartition[K, T any](w *Wiring, job *stream.Job, s stream.Stream[T], op st
 	w.internal = append(w.internal, topic)
 
 	sc := sink.Config[runtime.Timed[T]]{
-		Brokers:        c.Brokers,
-		ClientOpts:     w.sinkOpts(),
+		Brokers: c.Brokers,
+		// Keys go where the input's producers put them (--partitioner):
+		// the stream keyed after the hop meets the input's keys in their
+		// tasks, and its KeyBy is checked by the job's one partitioner.
+		ClientOpts:     append(w.sinkOpts(), kgo.RecordPartitioner(repartitioner(c.partitioner()))),
 		MaxRecordBytes: int(c.Memory.ProducerBatchMaxBytes),
 		Topic:          topic,
 		Encode: func(v runtime.Timed[T]) (*kgo.Record, error) {

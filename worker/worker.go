@@ -182,6 +182,11 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	if w.plan, internal, err = buildPlan(c, jobs, w.stats, w.kgoMetrics, w.kafka); err != nil {
 		return cli.UsageError{Err: err}
 	}
+	badRecs, closeBad, err := newBadRecords(c, internal, w.kafka)
+	if err != nil {
+		return err
+	}
+	defer closeBad()
 	stateDir, unlock, err := lockStateDir(c.stateDir())
 	if err != nil {
 		return cli.UsageError{Err: fmt.Errorf("--state-dir: %w", err)}
@@ -269,6 +274,11 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		BatchSize:             c.Memory.BatchSize,
 		ChannelCapacity:       c.Memory.ChannelCapacity,
 		AllowNonRestoredState: c.AllowNonRestoredState,
+		// Every KeyBy is checked against the input's partitioning: a task
+		// holds the keys of its partition, and only those.
+		Partitions:  w.parts, // the recorded count: keys belong where it put them
+		Partitioner: c.partitioner(),
+		BadRecords:  badRecs,
 		// The restart backoff must fit in the time CheckTimeout allowed
 		// for a restart, with room for the restore itself.
 		MaxRestartBackoff: max(c.RestartAllowance/2, 100*time.Millisecond),
@@ -299,7 +309,7 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	defer func() { cancel(); <-watched }()
 	log.Info("starting", "job", c.Job, "name", c.name(), "input", c.Input, "output", c.Output,
 		"assignment", mode, "tasks", c.Tasks, "partitions", w.parts, "checkpoints", c.Checkpoints, "state_backend", c.StateBackend,
-		"delivery", c.delivery(), "kafka_security", c.Security.Describe())
+		"delivery", c.delivery(), "partitioner", c.partitioner(), "kafka_security", c.Security.Describe())
 
 	if len(c.Tasks) > 0 {
 		err = w.runStatic(runCtx)

@@ -53,7 +53,10 @@ func (c bidCount) out(late bool) Q5Out {
 }
 
 func buildQ5(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Q5Out], rk rekey[bidCount]) {
-	byAuction := stream.KeyBy(bids(events(job, src), "q5-bids"), "q5-auction", func(b Bid) int64 { return b.Auction }, state.Int64())
+	// Bids are keyed by their auction in the input, as decimal text:
+	// idCodec makes the state key those bytes, so that the worker's check
+	// of the KeyBy hashes what the producer hashed.
+	byAuction := stream.KeyBy(bids(events(job, src), "q5-bids"), "q5-auction", func(b Bid) int64 { return b.Auction }, idCodec{})
 	counts := stream.Aggregate(byAuction, "q5-count", stream.Sliding(Q5Size, Q5Slide), stream.WindowOptions{}, state.Int64(),
 		func(n int64, _ Bid) int64 { return n + 1 },
 		func(a, b int64) int64 { return a + b },

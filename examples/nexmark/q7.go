@@ -78,8 +78,9 @@ func (t topBids) emit(late bool, out *stream.Emitter[Q7Out]) error {
 }
 
 func buildQ7(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Q7Out], rk rekey[topBids]) {
-	// One key per task: the first stage is each task's own.
-	perTask := stream.KeyBy(bids(events(job, src), "q7-bids"), "q7-task", func(Bid) int64 { return 0 }, state.Int64())
+	// One key per task: the first stage is each task's own, partial on
+	// purpose (a pre-aggregation before the repartition by window).
+	perTask := stream.LocalKeyBy(bids(events(job, src), "q7-bids"), "q7-task", func(Bid) int64 { return 0 }, state.Int64())
 	partial := stream.Aggregate(perTask, "q7-task-max", stream.Tumbling(Q7Window), stream.WindowOptions{}, state.Codec[topBids](topBidsCodec{}),
 		topBids.add, topBids.merge,
 		func(_ int64, w stream.Window, t topBids) (topBids, error) {

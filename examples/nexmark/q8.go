@@ -66,7 +66,10 @@ func buildQ8(job *stream.Job, src runtime.SourceFactory[Event], out runtime.Sink
 		func(_ int64, w stream.Window, p q8Person, _ q8Auction) (Q8Out, error) {
 			return Q8Out{ID: p.ID, Name: p.Name, Start: w.Start.UTC(), End: w.End.UTC()}, nil
 		})
-	byPerson := stream.KeyBy(pairs, "q8-pair-person", func(o Q8Out) int64 { return o.ID }, state.Int64())
+	// The join's pairs are in the task of their person (both sides are
+	// keyed by the person's id as the input keys persons): the same key,
+	// encoded the same way, keeps them there for the worker's check.
+	byPerson := stream.KeyBy(pairs, "q8-pair-person", func(o Q8Out) int64 { return o.ID }, idCodec{})
 	stream.Sink(stream.Process(byPerson, "q8-distinct", newQ8Distinct), "output", out)
 }
 
