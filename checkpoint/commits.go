@@ -111,16 +111,20 @@ func isCommitRecord(rest string) bool {
 	return ok && file == commitRecordFile && strings.HasPrefix(dir, "e")
 }
 
-// TxnKey identifies one transaction: a transactional id under one producer
-// id and epoch.
+// TxnKey identifies one transaction: for Kafka, a transactional id under
+// one producer id and epoch; for other sinks, what their Data says.
 type TxnKey struct {
+	Operator string
 	ID       string
 	Producer int64
 	Epoch    int16
+	Data     string
 }
 
 // Key is the transaction c names.
-func (c Committable) Key() TxnKey { return TxnKey{c.TransactionalID, c.ProducerID, c.Epoch} }
+func (c Committable) Key() TxnKey {
+	return TxnKey{Operator: c.Operator, ID: c.TransactionalID, Producer: c.ProducerID, Epoch: c.Epoch, Data: string(c.Data)}
+}
 
 // Recorded is what checkpoint storage records of transactions.
 type Recorded struct {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -245,7 +246,7 @@ func (t *task) closeRejected(ctx context.Context, cs []checkpoint.Committable, r
 	var open []checkpoint.Committable
 	for k, o := range rejected {
 		if o == CommitResumable && !covered[k] {
-			open = append(open, checkpoint.Committable{TransactionalID: k.ID, ProducerID: k.Producer, Epoch: k.Epoch})
+			open = append(open, checkpoint.Committable{Operator: k.Operator, TransactionalID: k.ID, ProducerID: k.Producer, Epoch: k.Epoch, Data: json.RawMessage(k.Data)})
 		}
 	}
 	if len(open) == 0 {
