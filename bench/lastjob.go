@@ -62,7 +62,7 @@ func encodeLast(o lastOut) (*kgo.Record, error) {
 	return &kgo.Record{Key: []byte(o.key), Value: strconv.AppendInt(nil, o.prev, 10)}, nil
 }
 
-func buildLast(job *stream.Job, src runtime.SourceFactory[lastIn], out runtime.SinkFactory[lastOut]) {
+func buildLast(job *stream.Job, src runtime.SourceFactory[lastIn], out runtime.SinkOpener[lastOut]) {
 	in := stream.Source(job, "input", src)
 	keyed := stream.KeyBy(in, "by-key", func(r lastIn) string { return r.key }, state.String())
 	prevs := stream.Process(keyed, "last", func(s *stream.Setup) (stream.Processor[string, lastIn, lastOut], error) {

@@ -26,7 +26,7 @@ type collect[T any] struct {
 	out []T
 }
 
-func (c *collect[T]) sink(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+func (c *collect[T]) Open(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[T], error) {
 	return c, nil
 }
 
@@ -103,7 +103,7 @@ func TestNexmarkAcrossWorkers(t *testing.T) {
 	// A window [Start, End) fires once it reaches End-1.
 	ref := &collect[nexmark.Q5Out]{}
 	job := stream.NewJob("reference")
-	nexmark.Q5(job, stream.SliceSource([][]nexmark.Event{events}), ref.sink)
+	nexmark.Q5(job, stream.SliceSource([][]nexmark.Event{events}), ref)
 	plan, err := job.Build()
 	if err != nil {
 		t.Fatal(err)

@@ -107,9 +107,9 @@ func TestCarriedWatermarks(t *testing.T) {
 		}}, nil
 	})
 	ws := &watermarkSink{}
-	stream.Sink(out, "out", func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[int64], error) {
+	stream.Sink(out, "out", runtime.SinkFactory[int64](func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[int64], error) {
 		return ws, nil
-	})
+	}))
 	plan, err := job.Build()
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package runtime
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -98,20 +97,6 @@ type Config struct {
 	Drain <-chan struct{}
 	// Now is the processing-time clock; default time.Now.
 	Now func() time.Time
-	// CheckCommittables, if set, asks the external system what became of
-	// pending committables (for Kafka: the transaction coordinator), one
-	// outcome per committable. Restore uses it to skip checkpoints whose
-	// output was lost (see DESIGN.md, "A checkpoint is valid only if...").
-	// It is asked only about committables that checkpoint storage holds no
-	// record of committing (checkpoint.Ack.Committed, CommitRecord).
-	// Without it every readable manifest is taken as valid.
-	CheckCommittables func(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error)
-	// AbortCommittables, if set, aborts pending committables that are still
-	// open and returns what became of each (CommitLost once aborted,
-	// CommitDone if their owner committed them first). Restore calls it
-	// before it walks back past a checkpoint, so that an older owner still
-	// alive cannot commit that checkpoint's output after the decision.
-	AbortCommittables func(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error)
 }
 
 // CommitOutcome is what became of a pre-committed transaction.

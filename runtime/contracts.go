@@ -106,7 +106,39 @@ type TimestampWriter[T any] interface {
 	WriteAt(ctx context.Context, v T, timestamp int64) error
 }
 
-// SinkFactory opens a sink writer for a task. restored holds the committables
-// of the manifest the task restores from: the factory commits them before it
-// returns (recovery order, see DESIGN.md).
+// SinkOpener is what the engine opens each task's SinkWriter with. A sink whose
+// writers pre-commit (two-phase commit: PreCommit returns committables)
+// also implements Committer, so that a restore can tell what became of
+// them.
+type SinkOpener[T any] interface {
+	// Open opens the writer of a task. restored holds the committables of
+	// the checkpoint the task restores from that are not known committed
+	// yet: Open commits them before it returns (recovery order, see
+	// DESIGN.md), and fences every earlier writer of the task.
+	Open(ctx context.Context, info TaskInfo, restored []checkpoint.Committable) (SinkWriter[T], error)
+}
+
+// SinkFactory is a SinkOpener as a function.
 type SinkFactory[T any] func(ctx context.Context, info TaskInfo, restored []checkpoint.Committable) (SinkWriter[T], error)
+
+// Open implements SinkOpener.
+func (f SinkFactory[T]) Open(ctx context.Context, info TaskInfo, restored []checkpoint.Committable) (SinkWriter[T], error) {
+	return f(ctx, info, restored)
+}
+
+// Committer is the restore side of a two-phase-commit sink: what the
+// external system (for Kafka, the transaction coordinator) says became of
+// committables of its writers. Restore asks it only about committables that
+// checkpoint storage holds no record of (checkpoint.Ack.Committed,
+// checkpoint.CommitRecord). A sink without a Committer has every
+// committable taken as resumable. Both methods return one outcome per
+// committable, in order; an error means the question could not be
+// answered (the restore is retried), not that a committable is lost.
+type Committer interface {
+	// CheckCommittables asks, changing nothing.
+	CheckCommittables(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error)
+	// AbortCommittables aborts those still open, so that no writer can
+	// commit them any more, and returns what became of each: CommitLost
+	// once aborted, CommitDone if their writer committed them first.
+	AbortCommittables(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error)
+}

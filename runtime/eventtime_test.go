@@ -47,7 +47,7 @@ func etEvent(p int, i int64) event {
 // windowJob counts events per key in tumbling event-time windows with a
 // keyed Process and event-time timers. late counts records at or before
 // the operator's watermark (none, with this data); fail may fail a record.
-func windowJob(t *testing.T, records int64, fail func() error, late, early *atomic.Int64, sink runtime.SinkFactory[windowCount]) *runtime.Plan {
+func windowJob(t *testing.T, records int64, fail func() error, late, early *atomic.Int64, sink runtime.SinkOpener[windowCount]) *runtime.Plan {
 	job := stream.NewJob("windows")
 	src := stream.SourceWithWatermarks(job, "events", stream.GeneratorSource(records, etEvent), stream.Watermarks[event]{
 		OutOfOrderness: etBound * time.Millisecond,

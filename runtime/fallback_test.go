@@ -142,7 +142,7 @@ func TestUnusableStateFallsBack(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				run := func(sink runtime.SinkFactory[update], logs *logBuffer, after int64) error {
+				run := func(sink runtime.SinkOpener[update], logs *logBuffer, after int64) error {
 					obs := &drainAfter{after: after, drain: make(chan struct{})}
 					cfg := runtime.Config{
 						Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), StateBackend: backends[backend](),
@@ -208,8 +208,7 @@ func TestUnusableStateWithCommittedOutputFails(t *testing.T) {
 		cfg := runtime.Config{
 			Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Observer: obs, Drain: obs.drain,
 			Retained: 100, RestartBackoff: time.Millisecond, MaxRestarts: 2,
-			Checkpoint:        checkpoint.Config{Interval: 5 * time.Millisecond},
-			CheckCommittables: store.check,
+			Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},
 		}
 		if logs != nil {
 			cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))

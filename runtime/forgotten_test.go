@@ -43,8 +43,7 @@ func TestDrainedJobOutlivesTheBrokersMemory(t *testing.T) {
 				}
 				return runtime.Run(t.Context(), countJob(t, 1<<40, 10, 1, after, store.sink()), runtime.Config{
 					Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Drain: drain,
-					Checkpoint: checkpoint.Config{Interval: time.Hour}, MaxRestarts: 1,
-					CheckCommittables: store.check, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+					Checkpoint: checkpoint.Config{Interval: time.Hour}, MaxRestarts: 1, Logger: slog.New(slog.NewTextHandler(logs, nil)),
 				})
 			}
 			if err := run(3000); err != nil {

@@ -15,11 +15,13 @@ type Graph struct {
 	nodes []*node
 	names map[string]bool
 	errs  []error
+	// committers are the two-phase-commit sinks, by operator name.
+	committers map[string]Committer
 }
 
 // NewGraph starts the graph of the job called name.
 func NewGraph(name string) *Graph {
-	g := &Graph{name: name, names: map[string]bool{}}
+	g := &Graph{name: name, names: map[string]bool{}, committers: map[string]Committer{}}
 	if name == "" {
 		g.errorf("job name must not be empty")
 	} else if strings.ContainsAny(name, "/ \t\n") {

@@ -30,7 +30,7 @@ type update struct {
 // that each key lives in one task, as Kafka partitioning would have it) and emits, for each record, the
 // key's running count and sum. fail, if set, runs on every record before the
 // keyed operator and may fail the task.
-func countJob(t testing.TB, records int64, keys uint64, parts int, fail func(int64) error, sink runtime.SinkFactory[update]) *runtime.Plan {
+func countJob(t testing.TB, records int64, keys uint64, parts int, fail func(int64) error, sink runtime.SinkOpener[update]) *runtime.Plan {
 	job := stream.NewJob("count")
 	src := stream.Source(job, "numbers", stream.GeneratorSource(records, func(task int, i int64) int64 {
 		return i*int64(parts) + int64(task)

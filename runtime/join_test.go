@@ -45,7 +45,7 @@ func jGen(seed uint64, side int) func(p int, i int64) jEvent {
 }
 
 func joinJob(t *testing.T, seed uint64, records int64, fail func() error,
-	join func(a, b stream.KeyedStream[uint64, jEvent]) stream.Stream[jPair], sink runtime.SinkFactory[jPair]) *runtime.Plan {
+	join func(a, b stream.KeyedStream[uint64, jEvent]) stream.Stream[jPair], sink runtime.SinkOpener[jPair]) *runtime.Plan {
 	job := stream.NewJob("joins")
 	wm := stream.Watermarks[jEvent]{
 		OutOfOrderness: jBound * time.Millisecond,

@@ -19,7 +19,7 @@ import (
 // twoInputJob unions (or co-processes) two numbered sources into one keyed
 // count. Source b's numbers are offset so that the two inputs never share a
 // number.
-func twoInputJob(t testing.TB, coProcess bool, records int64, keys uint64, fail func() error, sink runtime.SinkFactory[update]) *runtime.Plan {
+func twoInputJob(t testing.TB, coProcess bool, records int64, keys uint64, fail func() error, sink runtime.SinkOpener[update]) *runtime.Plan {
 	const offset = 1 << 40
 	job := stream.NewJob("two-inputs")
 	a := stream.Source(job, "a", stream.GeneratorSource(records, func(_ int, i int64) int64 { return i }))

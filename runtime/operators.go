@@ -324,12 +324,17 @@ func (s *sinkOp[T]) notifyAborted(checkpoint.ID) {}
 
 func (s *sinkOp[T]) close() error { return s.writer.Close() }
 
-// Sink adds a sink that writes every record with the writers factory opens.
-func Sink[T any](in *Port[T], name string, factory SinkFactory[T]) {
+// Sink adds a sink that writes every record with the writers sink opens,
+// one per task. If sink is a Committer, restores ask it about the
+// committables of its writers.
+func Sink[T any](in *Port[T], name string, sink SinkOpener[T]) {
 	g := in.g
 	n := g.add(name, kindSink, in.n)
-	if factory == nil {
-		g.errorf("sink %q: factory is nil", name)
+	if sink == nil {
+		g.errorf("sink %q: sink is nil", name)
+	}
+	if c, ok := sink.(Committer); ok {
+		g.committers[name] = c
 	}
 	connect(in, n, 0)
 	n.build = func(t *task) error {
@@ -346,7 +351,7 @@ func Sink[T any](in *Port[T], name string, factory SinkFactory[T]) {
 			if a := t.restoredAck(n.name); a != nil {
 				restored = a.Committables
 			}
-			w, err := factory(t.ctx, t.info(n.name), restored)
+			w, err := sink.Open(t.ctx, t.info(n.name), restored)
 			if err != nil {
 				return fmt.Errorf("open sink %s: %w", n.name, err)
 			}

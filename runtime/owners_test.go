@@ -96,13 +96,13 @@ func TestOlderOwnerCannotCommitAfterNewerClaim(t *testing.T) {
 	// it does not run far ahead meanwhile.
 	aCommitted := make(chan struct{})
 	var aOnce sync.Once
-	aSink := func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[update], error) {
-		w, err := store.sink()(ctx, info, restored)
+	aSink := store.sinkWith(func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[update], error) {
+		w, err := store.sink().Open(ctx, info, restored)
 		if err != nil {
 			return nil, err
 		}
 		return commitSignal{SinkWriter: w, id: 3, done: aCommitted, once: &aOnce}, nil
-	}
+	})
 	pauseA := func(int64) error {
 		select {
 		case <-st.held:
@@ -116,8 +116,7 @@ func TestOlderOwnerCannotCommitAfterNewerClaim(t *testing.T) {
 	go func() {
 		defer close(aDone)
 		aErr = runtime.Run(t.Context(), countJob(t, 1<<40, keys, 1, pauseA, aSink), runtime.Config{
-			Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Epoch: 5, Retained: -1, RestartBackoff: time.Millisecond,
-			CheckCommittables: store.check, Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},
+			Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Epoch: 5, Retained: -1, RestartBackoff: time.Millisecond, Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},
 		})
 	}()
 	select {
@@ -130,7 +129,7 @@ func TestOlderOwnerCannotCommitAfterNewerClaim(t *testing.T) {
 	// waits until A has gone (or, were A to commit, until it did), before it
 	// fences A.
 	var releaseOnce sync.Once
-	bSink := func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[update], error) {
+	bSink := store.sinkWith(func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[update], error) {
 		releaseOnce.Do(func() { close(st.release) })
 		select {
 		case <-aDone:
@@ -138,11 +137,11 @@ func TestOlderOwnerCannotCommitAfterNewerClaim(t *testing.T) {
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}
-		return store.sink()(ctx, info, restored)
-	}
+		return store.sink().Open(ctx, info, restored)
+	})
 	obs := &restores{after: 3, drain: make(chan struct{})}
 	err := runtime.Run(t.Context(), countJob(t, 1<<40, keys, 1, nil, bSink), runtime.Config{
-		Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Epoch: 9, Retained: -1, CheckCommittables: store.check,
+		Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Epoch: 9, Retained: -1,
 		// A checkpoint id A took already fails one checkpoint.
 		Observer: obs, Drain: obs.drain, Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond, TolerableFailures: 3},
 	})
@@ -220,7 +219,7 @@ func TestConcurrentOwners(t *testing.T) {
 	plan := countJob(t, 1<<40, keys, 1, nil, store.sink())
 	obs := &epochObserver{by: map[int64]int{}, cond: make(chan struct{}), want: 3, of: 9}
 	cfg := runtime.Config{
-		Storage: st, StateBackend: pebble(), Observer: obs, Retained: -1, CheckCommittables: store.check,
+		Storage: st, StateBackend: pebble(), Observer: obs, Retained: -1,
 		// The owners fail each other's attempts while both run; on a
 		// loaded machine enough failures in a row doubled the default
 		// backoff past the test's minute (a CI run found it).
@@ -333,7 +332,7 @@ func TestOlderOwnerStopsBeforeItsSinksOpen(t *testing.T) {
 		return nil, errors.New("the sink must not open")
 	}
 	job := stream.NewJob("slow")
-	stream.Sink(stream.Source(job, "numbers", src), "out", sink)
+	stream.Sink(stream.Source(job, "numbers", src), "out", runtime.SinkFactory[int64](sink))
 	plan, err := job.Build()
 	if err != nil {
 		t.Fatal(err)

@@ -2,11 +2,9 @@ package runtime
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"github.com/weirstream/weir/checkpoint"
 )
@@ -40,52 +38,15 @@ type unusableStateError struct {
 func (e *unusableStateError) Error() string { return e.err.Error() }
 func (e *unusableStateError) Unwrap() error { return e.err }
 
-func committables(m checkpoint.Manifest) []checkpoint.Committable {
-	var cs []checkpoint.Committable
-	for _, a := range m.Operators {
-		cs = append(cs, a.Committables...)
-	}
-	return cs
-}
-
 // restore claims the task for this owner, picks the checkpoint the task
-// restores from and returns the highest checkpoint id seen, so that new ids
-// continue after it. The rules, newest manifest first:
-//   - a claim or a manifest with a newer epoch than this owner's means a
-//     newer owner has the task: ErrSuperseded, and the task is not
-//     restarted;
-//   - a manifest deleted since the listing (retention) is skipped; any other
-//     error reading one fails the restore (the supervisor retries): the
-//     checkpoints before it cannot be judged without knowing whether its
-//     transactions committed;
-//   - a manifest that an older owner wrote after a newer owner's (a
-//     zombie's: its epoch is below that of a manifest with a lower id) is
-//     never restored, whatever its transactions say: the newer owner's
-//     history goes on from an earlier cut, and its committed output is not
-//     in the zombie's state. (One with no transactions at all would pass the
-//     next rule, and replay that output.) Nothing the zombie committed is
-//     lost by skipping it: an owner commits a checkpoint only after it
-//     found no newer claim once its manifest was durable (Driver), and the
-//     newer owner claimed before it listed, so every checkpoint a zombie
-//     committed is one the newer owner saw here;
-//   - what became of each transaction is decided from checkpoint storage's
-//     record of commits first (checkpoint.Ack.Committed of any manifest, a
-//     CommitRecord): one recorded there is committed, whatever the external
-//     system remembers now. Only the others are asked about
-//     (CheckCommittables);
-//   - a manifest with a lost committable is not valid: walk back. Walking
-//     back past it re-derives its output, which is only right if none of its
-//     transactions was committed; if one was, the task fails loudly;
-//   - a manifest whose state could not be restored (t.unusable: a file is
-//     missing or corrupt) is walked back past like one with lost output,
-//     under the same rule: its committed transactions forbid it. Those of
-//     its transactions not yet committed are aborted when the sink
-//     re-initialises its transactional ids;
-//   - a transaction whose fate cannot be told (CommitUnknown: the external
-//     system forgot it, and storage has no record of its commit) forbids
-//     both restoring its checkpoint and walking back past it: the task
-//     fails loudly;
-//   - if no manifest is valid, the task fails loudly with what was lost.
+// restores from (walkBack says which, and why) and returns the highest
+// checkpoint id seen, so that new ids continue after it. A claim or a
+// manifest with a newer epoch than this owner's means a newer owner has
+// the task: ErrSuperseded, and the task is not restarted. A manifest
+// deleted since the listing (retention) is skipped; any other error
+// reading one fails the restore (the supervisor retries): the checkpoints
+// before it cannot be judged without knowing whether its transactions
+// committed.
 func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 	if err := checkpoint.Claim(ctx, t.storage, t.job, t.id, t.epoch); err != nil {
 		return 0, err
@@ -97,7 +58,6 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 	if err != nil {
 		return 0, fmt.Errorf("list checkpoints: %w", err)
 	}
-	highest := listing.Highest
 	var ms []checkpoint.Manifest
 	for _, id := range listing.Completed {
 		m, err := checkpoint.ReadManifest(ctx, t.storage, t.job, t.id, id)
@@ -118,81 +78,51 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 	if err := checkpoint.DropClaimsBelow(ctx, t.storage, t.job, t.id, t.epoch); err != nil {
 		t.log.Warn("could not delete older owners' claims", "err", err)
 	}
-	if len(ms) == 0 {
-		return highest, nil
-	}
 	recorded, err := checkpoint.ReadRecorded(ctx, t.storage, t.job, t.id, ms, listing.CommitRecords)
 	if err != nil {
 		return 0, err
 	}
-	zombie := zombieManifests(ms)
-
-	rejected := map[checkpoint.TxnKey]CommitOutcome{}
-	var lost []string
-	for i := len(ms) - 1; i >= 0; i-- {
-		m := ms[i]
-		if zombie[i] {
-			t.log.Warn("checkpoint written by an older owner after a newer owner's checkpoint (a zombie's): never restored",
-				"checkpoint", m.Checkpoint, "its_epoch", m.Epoch)
+	w := newWalkBack(t.id, ms, recorded, t.unusable)
+	for {
+		step := w.next()
+		switch {
+		case step.check != nil:
+			outcomes, err := t.sinkCommitters().check(ctx, step.check)
+			if err != nil {
+				return 0, fmt.Errorf("check the transactions of the checkpoints: %w", err)
+			}
+			w.checkedAs(step.check, outcomes)
+			continue
+		case step.abort != nil:
+			// An older owner still alive could commit these after the
+			// check said resumable (its check of the claims passed before
+			// this owner claimed): aborted, they cannot, and one it
+			// committed first shows as committed.
+			outcomes, err := t.sinkCommitters().abort(ctx, step.abort)
+			if err != nil {
+				return 0, fmt.Errorf("abort the open transactions of the checkpoints walked back past: %w", err)
+			}
+			for i, c := range step.abort {
+				t.log.Info("aborted a transaction of a checkpoint walked back past", "transactional_id", c.TransactionalID, "outcome", outcomes[i])
+			}
+			w.abortedAs(step.abort, outcomes)
 			continue
 		}
-		cs := committables(m)
-		outcomes, err := t.checkCommittables(ctx, cs, recorded)
-		if err != nil {
-			return 0, fmt.Errorf("check committables of checkpoint %d: %w", m.Checkpoint, err)
-		}
-		if bad := t.unusable[m.Checkpoint]; bad != nil {
-			t.log.Error("checkpoint state is unusable, walking back", "checkpoint", m.Checkpoint, "err", bad)
-			lost = append(lost, fmt.Sprintf("checkpoint %d: %v", m.Checkpoint, bad))
-			for j, c := range cs {
-				rejected[c.Key()] = outcomes[j]
-			}
-			continue
-		}
-		var gone, unknown []string
-		for j, o := range outcomes {
-			switch o {
-			case CommitLost:
-				gone = append(gone, describeTxn(cs[j]))
-			case CommitUnknown:
-				unknown = append(unknown, describeTxn(cs[j]))
+		for _, n := range step.notes {
+			if n.err {
+				t.log.Error(n.msg, "checkpoint", n.checkpoint, "detail", n.detail)
+			} else {
+				t.log.Warn(n.msg, "checkpoint", n.checkpoint, "detail", n.detail)
 			}
 		}
-		if len(unknown) > 0 {
-			return 0, fmt.Errorf("%w for task %d: checkpoint %d names transactions %s, of which neither the broker nor checkpoint storage "+
-				"keeps a record: %s. Whether that output is in the output topic cannot be told; restoring checkpoint %d "+
-				"would lose it if it was aborted, an earlier checkpoint would write it twice if it was committed "+
-				"(docs/operating.md, \"Transactions nobody remembers\", says what to do)",
-				ErrNoValidCheckpoint, t.id, m.Checkpoint, strings.Join(unknown, ", "), forgotten, m.Checkpoint)
+		switch {
+		case step.err != nil:
+			return 0, step.err
+		case step.restore != nil:
+			t.use(*step.restore, recorded)
 		}
-		if len(gone) == 0 {
-			if err := t.closeRejected(ctx, cs, rejected); err != nil {
-				return 0, err
-			}
-			if err := checkWalkBack(m, cs, rejected, lost); err != nil {
-				return 0, err
-			}
-			if len(rejected) > 0 {
-				t.log.Warn("restoring an earlier checkpoint; the output of the later ones is derived again", "checkpoint", m.Checkpoint)
-			}
-			t.use(m, recorded)
-			return highest, nil
-		}
-		t.log.Error("checkpoint is not valid: its transactions were aborted, walking back", "checkpoint", m.Checkpoint, "lost", strings.Join(gone, ", "))
-		lost = append(lost, fmt.Sprintf("checkpoint %d lost %s", m.Checkpoint, strings.Join(gone, ", ")))
-		for j, c := range cs {
-			rejected[c.Key()] = outcomes[j]
-		}
+		return listing.Highest, nil
 	}
-	return 0, fmt.Errorf("%w for task %d: %s", ErrNoValidCheckpoint, t.id, strings.Join(lost, "; "))
-}
-
-// forgotten says why a transaction can be unknown to everyone.
-const forgotten = "the broker expired its transactional id (transactional.id.expiration.ms, 7 days by default) " +
-	"or re-initialised it, and no later checkpoint recorded its commit"
-
-func describeTxn(c checkpoint.Committable) string {
-	return fmt.Sprintf("%s (producer %d, epoch %d)", c.TransactionalID, c.ProducerID, c.Epoch)
 }
 
 // stillOwner fails with ErrSuperseded if a newer owner claimed the task.
@@ -210,125 +140,60 @@ func (t *task) stillOwner(ctx context.Context) error {
 	return nil
 }
 
-// zombieManifests marks the manifests (ascending by id) that an older owner
-// wrote after a newer owner's: those whose epoch is below the epoch of a
-// manifest with a lower id. Epochs grow with every change of owner, so the
-// live owner's history is the chain of manifests whose epochs never fall.
-func zombieManifests(ms []checkpoint.Manifest) []bool {
-	zombie := make([]bool, len(ms))
-	var newest int64
-	for i, m := range ms {
-		if i > 0 && m.Epoch < newest {
-			zombie[i] = true
-			continue
-		}
-		newest = m.Epoch
-	}
-	return zombie
+// committerSet answers for the committables of every sink of the job: each
+// to its own sink's Committer (sinks of different kinds judge their own),
+// resumable for a sink without one (or one the job no longer has, which
+// checkRestoredOperators refuses).
+type committerSet map[string]Committer
+
+func (t *task) sinkCommitters() committerSet { return t.plan.g.committers }
+
+func (s committerSet) check(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
+	return s.each(ctx, cs, Committer.CheckCommittables)
 }
 
-// closeRejected aborts the transactions of the later checkpoints that
-// restore walks back past and that are still open (not covered by the
-// checkpoint it restores, cs), and records what became of them. An older
-// owner still alive could otherwise commit them after the check said
-// "resumable" (its check of the claims passed before this owner claimed),
-// and walking back would write their output again; aborted, they cannot
-// commit, and one its owner committed first shows as committed, which
-// checkWalkBack refuses loudly.
-func (t *task) closeRejected(ctx context.Context, cs []checkpoint.Committable, rejected map[checkpoint.TxnKey]CommitOutcome) error {
-	if t.cfg.AbortCommittables == nil {
-		return nil
-	}
-	covered := map[checkpoint.TxnKey]bool{}
-	for _, c := range cs {
-		covered[c.Key()] = true
-	}
-	var open []checkpoint.Committable
-	for k, o := range rejected {
-		if o == CommitResumable && !covered[k] {
-			open = append(open, checkpoint.Committable{Operator: k.Operator, TransactionalID: k.ID, ProducerID: k.Producer, Epoch: k.Epoch, Data: json.RawMessage(k.Data)})
-		}
-	}
-	if len(open) == 0 {
-		return nil
-	}
-	outcomes, err := t.cfg.AbortCommittables(ctx, open)
-	if err != nil {
-		return fmt.Errorf("abort the open transactions of the checkpoints walked back past: %w", err)
-	}
-	if len(outcomes) != len(open) {
-		return fmt.Errorf("%d outcomes for %d aborted committables", len(outcomes), len(open))
-	}
-	for i, c := range open {
-		rejected[c.Key()] = outcomes[i]
-		t.log.Info("aborted a transaction of a checkpoint walked back past", "transactional_id", c.TransactionalID, "outcome", outcomes[i])
-	}
-	return nil
+func (s committerSet) abort(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
+	return s.each(ctx, cs, Committer.AbortCommittables)
 }
 
-// checkWalkBack refuses to restore m when a newer, rejected checkpoint had
-// a transaction committed that m does not cover: replaying from m would
-// write that output a second time. why says what made the newer ones unusable.
-func checkWalkBack(m checkpoint.Manifest, cs []checkpoint.Committable, rejected map[checkpoint.TxnKey]CommitOutcome, why []string) error {
-	covered := map[checkpoint.TxnKey]bool{}
-	for _, c := range cs {
-		covered[c.Key()] = true
-	}
-	for k, o := range rejected {
-		if covered[k] {
-			continue
-		}
-		switch o {
-		case CommitDone:
-			return fmt.Errorf("%w: restoring checkpoint %d would write the output of transaction %s again: it was committed, but the later checkpoint that covers it cannot be used (%s)",
-				ErrNoValidCheckpoint, m.Checkpoint, k.ID, strings.Join(why, "; "))
-		case CommitUnknown:
-			return fmt.Errorf("%w: restoring checkpoint %d would write the output of transaction %s again if it was committed, which cannot be told: %s; "+
-				"the later checkpoint that covers it cannot be used (%s) (docs/operating.md, \"Transactions nobody remembers\", says what to do)",
-				ErrNoValidCheckpoint, m.Checkpoint, k.ID, forgotten, strings.Join(why, "; "))
-		}
-	}
-	return nil
-}
-
-// checkCommittables decides what became of each of cs: what checkpoint
-// storage recorded, else what CheckCommittables says (resumable when it is
-// not set).
-func (t *task) checkCommittables(ctx context.Context, cs []checkpoint.Committable, recorded checkpoint.Recorded) ([]CommitOutcome, error) {
-	out := make([]CommitOutcome, len(cs))
-	var ask []checkpoint.Committable
-	var at []int
+func (s committerSet) each(ctx context.Context, cs []checkpoint.Committable,
+	ask func(Committer, context.Context, []checkpoint.Committable) ([]CommitOutcome, error)) ([]CommitOutcome, error) {
+	out := make([]CommitOutcome, len(cs)) // CommitResumable
+	byOp := map[string][]int{}
+	var ops []string
 	for i, c := range cs {
-		switch {
-		case recorded.Committed[c.Key()]:
-			out[i] = CommitDone
-			continue
-		case recorded.Aborted[c.Key()]:
-			out[i] = CommitLost
+		if _, ok := byOp[c.Operator]; !ok {
+			ops = append(ops, c.Operator)
+		}
+		byOp[c.Operator] = append(byOp[c.Operator], i)
+	}
+	for _, op := range ops {
+		c := s[op]
+		if c == nil {
 			continue
 		}
-		ask = append(ask, c)
-		at = append(at, i)
-	}
-	if len(ask) == 0 || t.cfg.CheckCommittables == nil {
-		return out, nil
-	}
-	answers, err := t.cfg.CheckCommittables(ctx, ask)
-	if err != nil {
-		return nil, err
-	}
-	if len(answers) != len(ask) {
-		return nil, fmt.Errorf("%d outcomes for %d committables", len(answers), len(ask))
-	}
-	for j, o := range answers {
-		out[at[j]] = o
+		idx := byOp[op]
+		batch := make([]checkpoint.Committable, len(idx))
+		for j, i := range idx {
+			batch[j] = cs[i]
+		}
+		answers, err := ask(c, ctx, batch)
+		if err != nil {
+			return nil, fmt.Errorf("sink %s: %w", op, err)
+		}
+		if len(answers) != len(batch) {
+			return nil, fmt.Errorf("sink %s: %d outcomes for %d committables", op, len(answers), len(batch))
+		}
+		for j, i := range idx {
+			out[i] = answers[j]
+		}
 	}
 	return out, nil
 }
 
 // use makes m the checkpoint the task's operators restore from. Its
-// transactions that storage recorded as committed are left out of what
-// the sinks resume: they need nothing, and the broker may have forgotten
+// transactions that storage knows became of are left out of what the
+// sinks resume: they need nothing, and the broker may have forgotten
 // them.
 func (t *task) use(m checkpoint.Manifest, recorded checkpoint.Recorded) {
 	t.restored = map[string]*checkpoint.Ack{}

@@ -87,8 +87,8 @@ func TestRestoreWalkBack(t *testing.T) {
 			unusable: []checkpoint.ID{3}, want: 2},
 		{name: "unusable state twice: walk back twice", ms: []man{{1, nil}, {1, nil}, {1, nil}},
 			unusable: []checkpoint.ID{3, 2}, want: 1},
-		{name: "unusable state, transaction not yet committed: walk back", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
-			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitResumable}, unusable: []checkpoint.ID{2}, want: 1},
+		{name: "unusable state, transaction not yet committed: aborted, walk back", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
+			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitResumable}, unusable: []checkpoint.ID{2}, want: 1, wantAborted: []string{"b"}},
 		{name: "unusable state, transaction committed: refuse", ms: []man{{1, []string{"a"}}, {1, []string{"b"}}},
 			outcome: map[string]CommitOutcome{"a": CommitDone, "b": CommitDone}, unusable: []checkpoint.ID{2}, wantErr: "transaction b again: it was committed"},
 		{name: "unusable state of the only checkpoint", ms: []man{{1, nil}},
@@ -179,31 +179,28 @@ func TestRestoreWalkBack(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			cfg := &Config{Epoch: 10, CheckCommittables: func(_ context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
-				out := make([]CommitOutcome, len(cs))
-				for i, c := range cs {
-					if recorded[c.TransactionalID] {
-						t.Errorf("asked the broker about %s, which storage recorded as committed", c.TransactionalID)
-					}
-					out[i] = tc.outcome[c.TransactionalID]
-				}
-				return out, nil
-			}}
+			cfg := &Config{Epoch: 10}
 			if err := cfg.Validate("j"); err == nil {
 				t.Fatal("config without tasks and storage validated")
 			}
 			var aborted []string
-			if tc.abort != nil {
-				cfg.AbortCommittables = func(_ context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
-					out := make([]CommitOutcome, len(cs))
-					for i, c := range cs {
-						aborted = append(aborted, c.TransactionalID)
-						out[i] = tc.abort[c.TransactionalID]
+			sink := &scriptedCommitter{
+				check: func(c checkpoint.Committable) CommitOutcome {
+					if recorded[c.TransactionalID] {
+						t.Errorf("asked the broker about %s, which storage recorded as committed", c.TransactionalID)
 					}
-					return out, nil
-				}
+					return tc.outcome[c.TransactionalID]
+				},
+				abort: func(c checkpoint.Committable) CommitOutcome {
+					aborted = append(aborted, c.TransactionalID)
+					if o, ok := tc.abort[c.TransactionalID]; ok {
+						return o
+					}
+					return CommitLost
+				},
 			}
-			tk := &task{job: "j", storage: st, cfg: cfg, epoch: cfg.Epoch, log: cfg.Logger, unusable: map[checkpoint.ID]error{}}
+			plan := &Plan{g: &Graph{name: "j", committers: map[string]Committer{"out": sink}}}
+			tk := &task{job: "j", storage: st, cfg: cfg, plan: plan, epoch: cfg.Epoch, log: cfg.Logger, unusable: map[checkpoint.ID]error{}}
 			defer func() {
 				slices.Sort(aborted)
 				if !slices.Equal(aborted, tc.wantAborted) {
@@ -258,4 +255,25 @@ func txnsOf(ids []string) []checkpoint.Committable {
 		cs = append(cs, checkpoint.Committable{Operator: "out", TransactionalID: id})
 	}
 	return cs
+}
+
+// scriptedCommitter answers for a sink's committables as its functions say.
+type scriptedCommitter struct {
+	check, abort func(checkpoint.Committable) CommitOutcome
+}
+
+func (s *scriptedCommitter) CheckCommittables(_ context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
+	return answer(cs, s.check), nil
+}
+
+func (s *scriptedCommitter) AbortCommittables(_ context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
+	return answer(cs, s.abort), nil
+}
+
+func answer(cs []checkpoint.Committable, f func(checkpoint.Committable) CommitOutcome) []CommitOutcome {
+	out := make([]CommitOutcome, len(cs))
+	for i, c := range cs {
+		out[i] = f(c)
+	}
+	return out
 }

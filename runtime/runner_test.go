@@ -211,7 +211,7 @@ func newTestRunner(t *testing.T, ctx context.Context, plan *runtime.Plan, cfg ru
 // txnStore, frequent checkpoints, quick restarts.
 func runnerConfig(t *testing.T, st checkpoint.Storage, store *txnStore[update], obs runtime.Observer) runtime.Config {
 	return runtime.Config{
-		Storage: st, StateDir: t.TempDir(), Observer: obs, CheckCommittables: store.check,
+		Storage: st, StateDir: t.TempDir(), Observer: obs,
 		RestartBackoff: time.Millisecond,
 		Checkpoint:     checkpoint.Config{Interval: 5 * time.Millisecond},
 	}

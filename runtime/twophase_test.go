@@ -131,23 +131,57 @@ type txnWriter[T any] struct {
 	open []openTxn
 }
 
-// sink is a two-phase-commit sink over the store: records since the last
-// barrier form a transaction, pre-committed at the barrier and committed
-// when the checkpoint completes.
-func (s *txnStore[T]) sink() runtime.SinkFactory[T] {
-	return func(_ context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, c := range restored {
-			if err := s.commitLocked(c.TransactionalID); err != nil {
-				return nil, fmt.Errorf("recover committable: %w", err)
-			}
+// txnSink is a two-phase-commit sink over the store: records since the
+// last barrier form a transaction, pre-committed at the barrier and
+// committed when the checkpoint completes. It answers restores as
+// sink.Kafka does, from the store's record.
+type txnSink[T any] struct{ s *txnStore[T] }
+
+func (s *txnStore[T]) sink() txnSink[T] { return txnSink[T]{s} }
+
+// wrapped is the store's sink with Open replaced: a test steps in
+// between the engine and the sink while restores still ask the store.
+type wrapped[T any] struct {
+	txnSink[T]
+	open runtime.SinkFactory[T]
+}
+
+func (s *txnStore[T]) sinkWith(open runtime.SinkFactory[T]) wrapped[T] {
+	return wrapped[T]{txnSink: s.sink(), open: open}
+}
+
+func (w wrapped[T]) Open(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+	return w.open(ctx, info, restored)
+}
+
+func (k txnSink[T]) Open(_ context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+	s := k.s
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range restored {
+		if err := s.commitLocked(c.TransactionalID); err != nil {
+			return nil, fmt.Errorf("recover committable: %w", err)
 		}
-		s.abortTaskLocked(info.Task)
-		s.gen[info.Task]++
-		gen := s.gen[info.Task]
-		return &txnWriter[T]{s: s, gen: gen, op: info.Operator, task: info.Task}, nil
 	}
+	s.abortTaskLocked(info.Task)
+	s.gen[info.Task]++
+	gen := s.gen[info.Task]
+	return &txnWriter[T]{s: s, gen: gen, op: info.Operator, task: info.Task}, nil
+}
+
+func (k txnSink[T]) CheckCommittables(ctx context.Context, cs []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
+	return k.s.check(ctx, cs)
+}
+
+// AbortCommittables drops the pending ones, as an EndTxn(abort) does.
+func (k txnSink[T]) AbortCommittables(ctx context.Context, cs []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
+	s := k.s
+	s.mu.Lock()
+	for _, c := range cs {
+		delete(s.pending, c.TransactionalID)
+	}
+	s.mu.Unlock()
+	return s.check(ctx, cs)
 }
 
 func (w *txnWriter[T]) Write(_ context.Context, v T) error {

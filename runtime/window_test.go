@@ -88,7 +88,7 @@ type wOut struct {
 // windowsJob windows the events by key with build and sends both the
 // results and the late records to one sink.
 func windowsJob(t *testing.T, records int64, gen func(int, int64) wEvent, fail func() error,
-	build func(stream.KeyedStream[uint64, wEvent]) stream.Windowed[wResult, wEvent], sink runtime.SinkFactory[wOut]) *runtime.Plan {
+	build func(stream.KeyedStream[uint64, wEvent]) stream.Windowed[wResult, wEvent], sink runtime.SinkOpener[wOut]) *runtime.Plan {
 	job := stream.NewJob("windows")
 	src := stream.SourceWithWatermarks(job, "events", stream.GeneratorSource(records, gen), stream.Watermarks[wEvent]{
 		OutOfOrderness: wBound * time.Millisecond,

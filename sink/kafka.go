@@ -14,47 +14,72 @@ import (
 	"github.com/weirstream/weir/runtime"
 )
 
-// Kafka returns a factory of Kafka sink writers, one per task, after
-// validating cfg (every bad setting is reported, joined).
-func Kafka[T any](cfg Config[T]) (runtime.SinkFactory[T], error) {
+// KafkaSink is a Kafka sink of a job: it opens each task's writer
+// (runtime.SinkOpener) and, with exactly-once delivery, tells a restore
+// what became of its writers' transactions (runtime.Committer), from the
+// transaction coordinator's record.
+type KafkaSink[T any] struct{ cfg Config[T] }
+
+// Kafka validates cfg (every bad setting is reported, joined) and returns
+// the sink.
+func Kafka[T any](cfg Config[T]) (*KafkaSink[T], error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("kafka sink: %w", err)
 	}
 	cfg.Brokers = append([]string(nil), cfg.Brokers...)
 	cfg.ClientOpts = append([]kgo.Opt(nil), cfg.ClientOpts...)
-	return func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
-		log := info.Logger
-		if log == nil {
-			log = slog.New(slog.DiscardHandler)
-		}
-		switch cfg.delivery() {
-		case AtLeastOnce, None:
-			if len(restored) > 0 {
-				return nil, fmt.Errorf("kafka sink %s: the restored checkpoint holds %d transactions of an exactly-once sink, but Delivery is %q; restore with %q once to commit them",
-					info.Operator, len(restored), cfg.Delivery, ExactlyOnce)
-			}
-			return openPlain(cfg, info, log)
-		}
-		return openTxn(ctx, cfg, info, log, restored)
-	}, nil
+	return &KafkaSink[T]{cfg: cfg}, nil
 }
 
-// Validator returns a function that tells whether committables of a Kafka
-// sink can still commit (see Validate), with a client made from brokers and
-// opts for each call. It has no Kafka types in its signature, so the worker
-// can hand it to a runtime that knows nothing of Kafka.
-func Validator(brokers []string, opts ...kgo.Opt) func(context.Context, []checkpoint.Committable) error {
-	return func(ctx context.Context, cs []checkpoint.Committable) error {
-		if len(cs) == 0 {
-			return nil
-		}
-		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
-		if err != nil {
-			return fmt.Errorf("kafka client: %w", err)
-		}
-		defer cl.Close()
-		return Validate(ctx, cl, cs)
+// Open implements runtime.SinkOpener: the writer of one task. With
+// exactly-once delivery it commits restored first, then initialises every
+// transactional id of the task's pool (recovery order, see DESIGN.md).
+func (k *KafkaSink[T]) Open(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+	cfg := k.cfg
+	log := info.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
 	}
+	switch cfg.delivery() {
+	case AtLeastOnce, None:
+		if len(restored) > 0 {
+			return nil, fmt.Errorf("kafka sink %s: the restored checkpoint holds %d transactions of an exactly-once sink, but Delivery is %q; restore with %q once to commit them",
+				info.Operator, len(restored), cfg.Delivery, ExactlyOnce)
+		}
+		return openPlain(cfg, info, log)
+	}
+	return openTxn(ctx, cfg, info, log, restored)
+}
+
+// CheckCommittables implements runtime.Committer with Check.
+func (k *KafkaSink[T]) CheckCommittables(ctx context.Context, cs []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
+	return k.ask(ctx, cs, Check)
+}
+
+// AbortCommittables implements runtime.Committer with Abort.
+func (k *KafkaSink[T]) AbortCommittables(ctx context.Context, cs []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
+	return k.ask(ctx, cs, Abort)
+}
+
+// ask runs f with a client of its own: restores are rare.
+func (k *KafkaSink[T]) ask(ctx context.Context, cs []checkpoint.Committable, f func(context.Context, *kgo.Client, []checkpoint.Committable) ([]Status, error)) ([]runtime.CommitOutcome, error) {
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(k.cfg.Brokers...)}, k.cfg.ClientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	sts, err := f(ctx, cl, cs)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]runtime.CommitOutcome, len(sts))
+	for i, st := range sts {
+		out[i] = st.Outcome
+	}
+	return out, nil
 }
 
 // TransactionalIDs returns the pool of transactional ids of one task of an

@@ -72,7 +72,7 @@ func (e *env) open(cfg Config[string], restored []checkpoint.Committable) (runti
 		e.t.Fatal(err)
 	}
 	info := runtime.TaskInfo{Job: "job", Task: 0, Operator: "out", Logger: slog.New(slog.NewTextHandler(testWriter{e.t}, nil))}
-	return f(ctx(e.t), info, restored)
+	return f.Open(ctx(e.t), info, restored)
 }
 
 func (e *env) mustOpen(cfg Config[string], restored []checkpoint.Committable) *txnWriter[string] {
@@ -295,7 +295,7 @@ func TestExactlyOnceCommittedRecognised(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("committed by its owner: %+v", sts[0])
-	if sts[0].Outcome != Committed {
+	if sts[0].Outcome != runtime.CommitDone {
 		t.Fatalf("outcome %v, want committed", sts[0].Outcome)
 	}
 	crash(w)
@@ -505,7 +505,7 @@ func TestAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("abort: committed one %+v; open one %+v", sts[0], sts[1])
-	if sts[0].Outcome != Committed || sts[1].Outcome != Lost {
+	if sts[0].Outcome != runtime.CommitDone || sts[1].Outcome != runtime.CommitLost {
 		t.Fatalf("outcomes %v, %v; want committed (done before), lost (aborted)", sts[0].Outcome, sts[1].Outcome)
 	}
 	crash(w)

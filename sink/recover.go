@@ -12,49 +12,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/runtime"
 )
-
-// Outcome is what became of a pre-committed transaction, as far as the
-// transaction coordinator's record tells.
-type Outcome int
-
-const (
-	// Committable: the transaction is still open with the saved producer
-	// id and epoch; resuming it commits it.
-	Committable Outcome = iota
-	// Committed: the coordinator committed it (or is writing its commit
-	// markers: the decision is durable).
-	Committed
-	// Lost: the coordinator aborted it (transaction timeout, fenced by a
-	// newer owner), or moved on to a later epoch without a record of
-	// committing it. Its records will never be visible.
-	Lost
-	// Unknown: the coordinator has no record of the transactional id
-	// (TRANSACTIONAL_ID_NOT_FOUND: it expired after
-	// transactional.id.expiration.ms, or the broker's transaction log is
-	// gone) or holds it under another producer id (re-initialised since):
-	// the transaction may have committed or aborted, nothing here tells.
-	Unknown
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case Committable:
-		return "committable"
-	case Committed:
-		return "committed"
-	case Lost:
-		return "lost"
-	case Unknown:
-		return "unknown"
-	}
-	return fmt.Sprintf("Outcome(%d)", int(o))
-}
 
 // Status is what Check found for one committable.
 type Status struct {
 	Committable checkpoint.Committable
-	Outcome     Outcome
+	Outcome     runtime.CommitOutcome
 	// State, ProducerID and Epoch are the coordinator's record of the
 	// transactional id: a DescribeTransactions state ("Ongoing",
 	// "CompleteCommit", ...), or "NotFound" when it has none.
@@ -178,9 +142,9 @@ func Validate(ctx context.Context, cl *kgo.Client, committables []checkpoint.Com
 	var errs []error
 	for _, st := range sts {
 		switch st.Outcome {
-		case Lost:
+		case runtime.CommitLost:
 			errs = append(errs, st.lostError())
-		case Unknown:
+		case runtime.CommitUnknown:
 			errs = append(errs, st.unknownError())
 		}
 	}
@@ -211,7 +175,7 @@ func (st Status) lostError() *LostError {
 
 // classify is the decision table of Check without the probe: ok false means
 // the record is not conclusive.
-func classify(tv int16, c checkpoint.Committable, state string, pid int64, epoch int16) (Outcome, bool) {
+func classify(tv int16, c checkpoint.Committable, state string, pid int64, epoch int16) (runtime.CommitOutcome, bool) {
 	committedEpoch := c.Epoch
 	if tv >= 2 {
 		// Under KIP-890 part 2 ending a transaction bumps the epoch.
@@ -221,19 +185,19 @@ func classify(tv int16, c checkpoint.Committable, state string, pid int64, epoch
 	case state == stateNotFound, pid != c.ProducerID:
 		// The coordinator forgot this producer's transactions: whether
 		// ours committed is for checkpoint storage's record to say.
-		return Unknown, true
+		return runtime.CommitUnknown, true
 	case state == "PrepareAbort", state == "CompleteAbort", state == "PrepareEpochFence", state == "Dead":
-		return Lost, true
+		return runtime.CommitLost, true
 	case state == "Ongoing" && epoch == c.Epoch:
-		return Committable, true
+		return runtime.CommitResumable, true
 	case (state == "PrepareCommit" || state == "CompleteCommit") && epoch == committedEpoch:
-		return Committed, true
+		return runtime.CommitDone, true
 	case epoch < c.Epoch:
 		// The coordinator never goes back; this record is not of our
 		// transaction's producer.
-		return Lost, true
+		return runtime.CommitLost, true
 	}
-	return Lost, false
+	return runtime.CommitLost, false
 }
 
 const stateNotFound = "NotFound"
@@ -256,7 +220,7 @@ func check(ctx context.Context, cl *kgo.Client, tv int16, c checkpoint.Committab
 		return st, err
 	}
 	if perr == nil {
-		st.Outcome = Committed
+		st.Outcome = runtime.CommitDone
 	}
 	st.Refusal = perr
 	return st, nil
@@ -360,10 +324,10 @@ func commitRestored(ctx context.Context, cl *kgo.Client, committables []checkpoi
 			return nil, err
 		}
 		switch st.Outcome {
-		case Lost:
+		case runtime.CommitLost:
 			lost = append(lost, st.lostError())
 			continue
-		case Unknown:
+		case runtime.CommitUnknown:
 			lost = append(lost, st.unknownError())
 			continue
 		}
@@ -393,7 +357,7 @@ func endOne(ctx context.Context, cl *kgo.Client, tv int16, c checkpoint.Committa
 		if err != nil {
 			return st, err
 		}
-		if st.Outcome != Committable {
+		if st.Outcome != runtime.CommitResumable {
 			if st.Refusal == nil {
 				st.Refusal = refusal
 			}

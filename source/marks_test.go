@@ -42,7 +42,7 @@ func TestWatermarkMarkers(t *testing.T) {
 	}
 	writers := make([]runtime.SinkWriter[string], 2)
 	for task := range writers {
-		w, err := f(ctx, runtime.TaskInfo{Job: "job", Task: task, Operator: "write"}, nil)
+		w, err := f.Open(ctx, runtime.TaskInfo{Job: "job", Task: task, Operator: "write"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

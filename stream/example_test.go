@@ -66,9 +66,9 @@ func Example() {
 			},
 		}, err
 	})
-	stream.Sink(counts, "print", func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[string], error) {
+	stream.Sink(counts, "print", runtime.SinkFactory[string](func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[string], error) {
 		return &printSink{}, nil
-	})
+	}))
 	plan, err := job.Build()
 	if err != nil {
 		fmt.Println(err)
@@ -113,9 +113,9 @@ func ExampleKeyBy() {
 			Process: func(ctx *stream.Context[string, string], w string) error { return ctx.Emit(w) },
 		}, nil
 	})
-	stream.Sink(seen, "print", func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[string], error) {
+	stream.Sink(seen, "print", runtime.SinkFactory[string](func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[string], error) {
 		return &printSink{}, nil
-	})
+	}))
 	plan, err := job.Build()
 	if err != nil {
 		fmt.Println(err)

@@ -181,9 +181,9 @@ func CoProcess[K, In1, In2, Out any](a KeyedStream[K, In1], b KeyedStream[K, In2
 	return Stream[Out]{p: runtime.CoProcess(a.k, b.k, name, factory)}
 }
 
-// Sink adds a sink; factory opens its writer for each task.
-func Sink[T any](s Stream[T], name string, factory runtime.SinkFactory[T]) {
-	runtime.Sink(s.p, name, factory)
+// Sink adds a sink; it opens a writer for each task.
+func Sink[T any](s Stream[T], name string, sink runtime.SinkOpener[T]) {
+	runtime.Sink(s.p, name, sink)
 }
 
 // ValueState declares a keyed value.

@@ -37,7 +37,7 @@ func NewJob(name string, build func(w *Wiring, job *stream.Job) error) Job {
 // decode, a graph built by build, one Kafka sink (--output) encoded with
 // encode.
 func Pipeline[In, Out any](name string, decode source.Decoder[In], encode sink.Encoder[Out],
-	build func(job *stream.Job, src runtime.SourceFactory[In], out runtime.SinkFactory[Out]),
+	build func(job *stream.Job, src runtime.SourceFactory[In], out runtime.SinkOpener[Out]),
 ) Job {
 	return NewJob(name, func(w *Wiring, job *stream.Job) error {
 		build(job, Source(w, decode), Sink(w, encode))
@@ -130,7 +130,7 @@ func Source[T any](w *Wiring, decode source.Decoder[T]) runtime.SourceFactory[T]
 // Sink is the Kafka sink of the worker's --output topic with its
 // --delivery guarantee: exactly-once writes each checkpoint's output in one
 // transaction, committed when the checkpoint completes.
-func Sink[T any](w *Wiring, encode sink.Encoder[T]) runtime.SinkFactory[T] {
+func Sink[T any](w *Wiring, encode sink.Encoder[T]) runtime.SinkOpener[T] {
 	c := w.cfg
 	sc := sink.Config[T]{
 		Brokers:        c.Brokers,
@@ -156,13 +156,23 @@ func Sink[T any](w *Wiring, encode sink.Encoder[T]) runtime.SinkFactory[T] {
 		w.errs = append(w.errs, err)
 		return nil
 	}
-	return func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
-		sw, err := out(ctx, info, restored)
-		if err != nil {
-			return nil, err
-		}
-		return countingWriter[T]{SinkWriter: sw, n: &w.stats.task(info.Task).out, maxBytes: c.Memory.ProducerBatchMaxBytes}, nil
+	return countingSink[T]{KafkaSink: out, stats: w.stats, maxBytes: c.Memory.ProducerBatchMaxBytes}
+}
+
+// countingSink is the Kafka sink whose writers count each task's output
+// records; restores ask the Kafka sink about its transactions.
+type countingSink[T any] struct {
+	*sink.KafkaSink[T]
+	stats    *Stats
+	maxBytes int64
+}
+
+func (s countingSink[T]) Open(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+	sw, err := s.KafkaSink.Open(ctx, info, restored)
+	if err != nil {
+		return nil, err
 	}
+	return countingWriter[T]{SinkWriter: sw, n: &s.stats.task(info.Task).out, maxBytes: s.maxBytes}, nil
 }
 
 // sourceOpts are the Kafka options of the tasks' sources.

@@ -37,7 +37,7 @@ type bytesRecord struct {
 func bytesJob() Job {
 	decode := func(r *kgo.Record) (bytesRecord, error) { return bytesRecord{string(r.Key), r.Value}, nil }
 	encode := func(r bytesRecord) (*kgo.Record, error) { return &kgo.Record{Key: []byte(r.Key), Value: r.Value}, nil }
-	return Pipeline("bytes", decode, encode, func(job *stream.Job, src runtime.SourceFactory[bytesRecord], out runtime.SinkFactory[bytesRecord]) {
+	return Pipeline("bytes", decode, encode, func(job *stream.Job, src runtime.SourceFactory[bytesRecord], out runtime.SinkOpener[bytesRecord]) {
 		in := stream.Source(job, "input", src)
 		keyed := stream.KeyBy(in, "by-key", func(r bytesRecord) string { return r.Key }, state.String())
 		counted := stream.Process(keyed, "bytes", func(s *stream.Setup) (stream.Processor[string, bytesRecord, bytesRecord], error) {

@@ -287,9 +287,6 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	}
 	if c.delivery() != sink.ExactlyOnce {
 		rc.Mode = runtime.AtLeastOnce
-	} else {
-		rc.CheckCommittables = committables(c.Brokers, w.kafka, sink.Check)
-		rc.AbortCommittables = committables(c.Brokers, w.kafka, sink.Abort)
 	}
 	w.runner, err = runtime.NewRunner(runCtx, w.plan, rc, w.taskEnded)
 	if err != nil {
@@ -610,43 +607,6 @@ func stateBackend(c *Config, log *slog.Logger) state.Factory {
 		opts.Faults = state.NewDiskFaults(faults, log.With("component", "faults"))
 	}
 	return state.NewPebble(opts)
-}
-
-// committables adapts a sink function that asks (sink.Check) or acts on
-// (sink.Abort) the transaction coordinator's record of pre-committed
-// transactions to the runtime's restore hooks. A client per call (brokers,
-// then opts): restores are rare.
-func committables(brokers []string, opts []kgo.Opt, f func(context.Context, *kgo.Client, []checkpoint.Committable) ([]sink.Status, error)) func(context.Context, []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
-	return func(ctx context.Context, cs []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
-		if len(cs) == 0 {
-			return nil, nil
-		}
-		cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...)}, opts...)...)
-		if err != nil {
-			return nil, fmt.Errorf("kafka client: %w", err)
-		}
-		defer cl.Close()
-		sts, err := f(ctx, cl, cs)
-		if err != nil {
-			return nil, err
-		}
-		out := make([]runtime.CommitOutcome, len(sts))
-		for i, st := range sts {
-			switch st.Outcome {
-			case sink.Committable:
-				out[i] = runtime.CommitResumable
-			case sink.Committed:
-				out[i] = runtime.CommitDone
-			case sink.Lost:
-				out[i] = runtime.CommitLost
-			case sink.Unknown:
-				out[i] = runtime.CommitUnknown
-			default:
-				return nil, fmt.Errorf("transaction %s: unknown outcome %v", st.Committable.TransactionalID, st.Outcome)
-			}
-		}
-		return out, nil
-	}
 }
 
 func boolLabel(b bool) string {

@@ -49,7 +49,7 @@ const (
 )
 
 // Build adds the balance graph to job: src -> KeyBy(account) -> balance -> out.
-func Build(job *stream.Job, src runtime.SourceFactory[Transfer], out runtime.SinkFactory[Balance]) {
+func Build(job *stream.Job, src runtime.SourceFactory[Transfer], out runtime.SinkOpener[Balance]) {
 	transfers := stream.Source(job, SourceName, src)
 	byAccount := stream.KeyBy(transfers, KeyByName, func(t Transfer) string { return t.Account }, state.String())
 	balances := stream.Process(byAccount, ProcessName, newProcessor)

@@ -77,7 +77,7 @@ func Encode(o Out) (*kgo.Record, error) {
 
 // Build adds the graph: clicks, with watermarks from their times -> keyed
 // by user -> counted in tumbling minutes -> out; late clicks -> out.
-func Build(job *stream.Job, src runtime.SourceFactory[Click], out runtime.SinkFactory[Out]) {
+func Build(job *stream.Job, src runtime.SourceFactory[Click], out runtime.SinkOpener[Out]) {
 	clicks := stream.SourceWithWatermarks(job, SourceName, src, stream.Watermarks[Click]{
 		OutOfOrderness: OutOfOrderness,
 		Idleness:       Idleness,

@@ -82,9 +82,9 @@ func TestClicksPerMinute(t *testing.T) {
 	}
 	s := &sink{}
 	job := stream.NewJob("clicks")
-	clicks.Build(job, stream.SliceSource([][]clicks.Click{input}), func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[clicks.Out], error) {
+	clicks.Build(job, stream.SliceSource([][]clicks.Click{input}), runtime.SinkFactory[clicks.Out](func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[clicks.Out], error) {
 		return writer{s}, nil
-	})
+	}))
 	plan, err := job.Build()
 	if err != nil {
 		t.Fatal(err)

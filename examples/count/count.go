@@ -90,7 +90,7 @@ func plainKey(k string) bool {
 // Build adds the count graph to job: src -> KeyBy(record key) -> count ->
 // out. Keying by the Kafka record key keeps every key in the task of its
 // partition: no repartition.
-func Build(job *stream.Job, src runtime.SourceFactory[In], out runtime.SinkFactory[Out]) {
+func Build(job *stream.Job, src runtime.SourceFactory[In], out runtime.SinkOpener[Out]) {
 	in := stream.Source(job, SourceName, src)
 	keyed := stream.KeyBy(in, KeyByName, func(r In) string { return r.Key }, state.String())
 	counts := stream.Process(keyed, ProcessName, newProcessor)

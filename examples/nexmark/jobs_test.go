@@ -196,7 +196,7 @@ func readUntil(ctx context.Context, t *testing.T, c *testcluster.Cluster, topic 
 }
 
 // queryResults is what the query's graph writes, run with runtime.Run.
-func queryResults[T any](t *testing.T, build func(*stream.Job, runtime.SourceFactory[nexmark.Event], runtime.SinkFactory[T])) []T {
+func queryResults[T any](t *testing.T, build func(*stream.Job, runtime.SourceFactory[nexmark.Event], runtime.SinkOpener[T])) []T {
 	t.Helper()
 	return run(t, false, build)
 }

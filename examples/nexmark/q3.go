@@ -35,7 +35,7 @@ func Q3State(s string) bool { return s == "OR" || s == "ID" || s == "CA" }
 // Run with runtime.Run, the graph is correct with one task (persons and
 // auctions are keyed by their own ids, not by seller); the worker job
 // (Jobs) repartitions the auctions by seller.
-func Q3(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Q3Out]) {
+func Q3(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q3Out]) {
 	buildQ3(job, src, out, local[q3Auction])
 }
 
@@ -48,7 +48,7 @@ type q3Person struct {
 // q3Auction is what q3 keeps of an auction.
 type q3Auction struct{ ID, Seller int64 }
 
-func buildQ3(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Q3Out], rk rekey[q3Auction]) {
+func buildQ3(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q3Out], rk rekey[q3Auction]) {
 	ev := events(job, src)
 	// Every person, not only q3's: knowing a seller is not in OR, ID or
 	// CA lets the join drop their auctions instead of keeping them.

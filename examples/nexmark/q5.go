@@ -39,7 +39,7 @@ func EncodeQ5(o Q5Out) (*kgo.Record, error) { return encodeJSON(o.Auction, o) }
 // Run with runtime.Run, the graph is correct with one task (the second
 // stage must see every count of a window); the worker job (Jobs)
 // repartitions the counts by window.
-func Q5(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Q5Out]) {
+func Q5(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q5Out]) {
 	buildQ5(job, src, out, local[bidCount])
 }
 
@@ -52,7 +52,7 @@ func (c bidCount) out(late bool) Q5Out {
 	return Q5Out{Auction: c.Auction, Num: c.Count, Start: end.Add(-Q5Size), End: end, Late: late}
 }
 
-func buildQ5(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Q5Out], rk rekey[bidCount]) {
+func buildQ5(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q5Out], rk rekey[bidCount]) {
 	// Bids are keyed by their auction in the input, as decimal text:
 	// idCodec makes the state key those bytes, so that the worker's check
 	// of the KeyBy hashes what the producer hashed.

@@ -38,7 +38,7 @@ func EncodeQ7(o Q7Out) (*kgo.Record, error) { return encodeJSON(o.Auction, o) }
 //
 // Run with runtime.Run, the graph is correct with one task; the worker job
 // (Jobs) repartitions the tasks' highest bids by window.
-func Q7(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Q7Out]) {
+func Q7(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q7Out]) {
 	buildQ7(job, src, out, local[topBids])
 }
 
@@ -77,7 +77,7 @@ func (t topBids) emit(late bool, out *stream.Emitter[Q7Out]) error {
 	return nil
 }
 
-func buildQ7(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Q7Out], rk rekey[topBids]) {
+func buildQ7(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q7Out], rk rekey[topBids]) {
 	// One key per task: the first stage is each task's own, partial on
 	// purpose (a pre-aggregation before the repartition by window).
 	perTask := stream.LocalKeyBy(bids(events(job, src), "q7-bids"), "q7-task", func(Bid) int64 { return 0 }, state.Int64())

@@ -33,7 +33,7 @@ func EncodeQ8(o Q8Out) (*kgo.Record, error) { return encodeJSON(o.ID, o) }
 //
 // Run with runtime.Run, the graph is correct with one task; the worker job
 // (Jobs) repartitions the auctions by seller.
-func Q8(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Q8Out]) {
+func Q8(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q8Out]) {
 	buildQ8(job, src, out, local[q8Auction])
 }
 
@@ -46,7 +46,7 @@ type (
 	q8Auction struct{ Seller int64 }
 )
 
-func buildQ8(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Q8Out], rk rekey[q8Auction]) {
+func buildQ8(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q8Out], rk rekey[q8Auction]) {
 	ev := events(job, src)
 	persons := stream.FlatMap(ev, "q8-persons", func(e Event, out *stream.Emitter[q8Person]) error {
 		if e.Person == nil {

@@ -61,7 +61,7 @@ type openTxn struct {
 	txn string
 }
 
-func (c *committed[T]) sink(_ context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+func (c *committed[T]) Open(_ context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range restored {
@@ -167,7 +167,7 @@ func (r *failingReader) Poll(ctx context.Context, b *runtime.Batch[nexmark.Event
 
 // run runs a query's graph over the dataset; with restore, its task fails
 // once half way and restores.
-func run[T any](t *testing.T, restore bool, build func(*stream.Job, runtime.SourceFactory[nexmark.Event], runtime.SinkFactory[T])) []T {
+func run[T any](t *testing.T, restore bool, build func(*stream.Job, runtime.SourceFactory[nexmark.Event], runtime.SinkOpener[T])) []T {
 	t.Helper()
 	out := &committed[T]{}
 	src := stream.SliceSource([][]nexmark.Event{dataset()})
@@ -181,7 +181,7 @@ func run[T any](t *testing.T, restore bool, build func(*stream.Job, runtime.Sour
 		cfg.Observer = f
 	}
 	job := stream.NewJob("nexmark")
-	build(job, src, out.sink)
+	build(job, src, out)
 	plan, err := job.Build()
 	if err != nil {
 		t.Fatal(err)

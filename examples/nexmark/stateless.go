@@ -11,13 +11,13 @@ import (
 
 // Q0 is the passthrough: every bid, as it is. It measures the cost of
 // reading, decoding, encoding and writing.
-func Q0(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Bid]) {
+func Q0(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Bid]) {
 	stream.Sink(bids(events(job, src), "q0-bids"), "output", out)
 }
 
 // Q1 is currency conversion: every bid with its price in euros, at 0.908
 // euros to the dollar, rounded down to the cent.
-func Q1(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Bid]) {
+func Q1(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Bid]) {
 	euros := stream.Map(bids(events(job, src), "q1-bids"), "q1-euros", func(b Bid) (Bid, error) {
 		b.Price = Euros(b.Price)
 		return b, nil
@@ -48,7 +48,7 @@ const Q2Modulus = 123
 
 // Q2 is selection: the auction and price of the bids on every 123rd
 // auction.
-func Q2(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkFactory[Q2Out]) {
+func Q2(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q2Out]) {
 	sel := stream.FlatMap(events(job, src), "q2-select", func(e Event, out *stream.Emitter[Q2Out]) error {
 		if e.Bid == nil || e.Bid.Auction%Q2Modulus != 0 {
 			return nil
