@@ -9,7 +9,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/worker"
@@ -62,9 +61,12 @@ func encodeLast(o lastOut) (*kgo.Record, error) {
 	return &kgo.Record{Key: []byte(o.key), Value: strconv.AppendInt(nil, o.prev, 10)}, nil
 }
 
-func buildLast(job *stream.Job, src runtime.SourceFactory[lastIn], out runtime.SinkOpener[lastOut]) {
-	in := stream.Source(job, "input", src)
-	keyed := stream.KeyBy(in, "by-key", func(r lastIn) string { return r.key }, state.String())
+// buildLast reads topic "last-input" and writes "last-output"; the
+// benchmark points both elsewhere (--input, --output).
+func buildLast(job *stream.Job) {
+	in := stream.Read(job, "input", "last-input", decodeLast)
+	// Keyed by the record key: no move.
+	keyed := stream.KeyByPartitioned(in, "by-key", func(r lastIn) string { return r.key }, state.String())
 	prevs := stream.Process(keyed, "last", func(s *stream.Setup) (stream.Processor[string, lastIn, lastOut], error) {
 		last, err := stream.ValueState(s, "value", state.Bytes())
 		if err != nil {
@@ -89,7 +91,7 @@ func buildLast(job *stream.Job, src runtime.SourceFactory[lastIn], out runtime.S
 			},
 		}, nil
 	})
-	stream.Sink(prevs, "output", out)
+	stream.Write(prevs, "output", "last-output", encodeLast)
 }
 
 // lastMain is weir's side of the restore benchmark, run as a child: `bench
@@ -99,5 +101,5 @@ func lastMain(args []string) int {
 	worker.TuneGC()
 	ctx, drain, stop := worker.Signals()
 	defer stop()
-	return worker.Command(ctx, drain, args, os.LookupEnv, os.Stderr, worker.Pipeline("last", decodeLast, encodeLast, buildLast))
+	return worker.Command(ctx, drain, args, os.LookupEnv, os.Stderr, worker.NewJob("last", buildLast))
 }

@@ -274,6 +274,8 @@ var commands = map[string]how{
 	"go run ./cmd/processor chaos --duration 30m": {by: []ref{
 		ciStep(`"$WEIR_KAFKA_DIR/processor" chaos --brokers "$addr" --kafka-dir "$WEIR_KAFKA_DIR" --duration 3m`),
 		{file: "cmd/processor/chaos_test.go", text: "func TestChaosRun(", name: "TestChaosRun"}}},
+	"go run ./cmd/processor run --job orders --topic orders=shop.orders,payments=shop.payments": {by: []ref{
+		{file: "integration/orders_test.go", text: "func TestOrdersAcrossWorkers(", name: "TestOrdersAcrossWorkers"}}},
 	"go run ./cmd/processor run -h":            {run: true, once: true, want: []string{"-txn-timeout", "WEIR_SOME_FLAG"}},
 	"docker build -t weir .":                   {docker: true, once: true},
 	"go run ./examples/balance/cmd/balance -h": {run: true, once: true, want: []string{"-txn-timeout", "-state-memtable-size"}},

@@ -88,7 +88,7 @@ func TestMisKeyedInput(t *testing.T) {
 		for _, want := range []string{
 			fmt.Sprintf("%s/%d@%d", j.input, s.Partition, s.Offset),
 			fmt.Sprintf(`key "k3" (bytes "k3") belongs to task %d, not task %d (murmur2 puts it in partition %d of %d)`, home, s.Partition, home, partitions),
-			"KeyBy by-key", "worker.Repartition", "--partitioner",
+			"KeyByPartitioned by-key", "stream.KeyBy,", "--partitioner",
 		} {
 			if !strings.Contains(out, want) {
 				t.Errorf("the worker's output does not say %q", want)

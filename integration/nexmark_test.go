@@ -103,7 +103,8 @@ func TestNexmarkAcrossWorkers(t *testing.T) {
 	// A window [Start, End) fires once it reaches End-1.
 	ref := &collect[nexmark.Q5Out]{}
 	job := stream.NewJob("reference")
-	nexmark.Q5(job, stream.SliceSource([][]nexmark.Event{events}), ref)
+	ev := stream.SourceWithWatermarks(job, "events", stream.SliceSource([][]nexmark.Event{events}), nexmark.EventTime)
+	stream.Sink(nexmark.Q5(ev), "output", ref)
 	plan, err := job.Build()
 	if err != nil {
 		t.Fatal(err)

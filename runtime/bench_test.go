@@ -194,7 +194,7 @@ func runKeyedCountWith(b *testing.B, keyOf func(uint64) uint64, partitions int, 
 	job := stream.NewJob("bench")
 	src := stream.Source(job, "numbers", stream.GeneratorSource(int64(n), func(_ int, i int64) uint64 { return uint64(i) }))
 	mapped := stream.Map(src, "scramble", func(n uint64) (uint64, error) { return n * 0x9E3779B97F4A7C15, nil })
-	keyed := stream.KeyBy(mapped, "by-key", keyOf, state.Uint64())
+	keyed := stream.KeyByPartitioned(mapped, "by-key", keyOf, state.Uint64())
 	counts := stream.Process(keyed, "count", func(s *stream.Setup) (stream.Processor[uint64, uint64, int64], error) {
 		count, err := stream.ValueState(s, "count", state.Int64())
 		return stream.Processor[uint64, uint64, int64]{

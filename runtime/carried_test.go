@@ -92,7 +92,7 @@ func TestCarriedWatermarks(t *testing.T) {
 	})
 	var mu sync.Mutex
 	late, seen := 0, int64(math.MinInt64)
-	keyed := stream.KeyBy(src, "by-key", func(v int64) int64 { return v % 3 }, state.Int64())
+	keyed := stream.KeyByPartitioned(src, "by-key", func(v int64) int64 { return v % 3 }, state.Int64())
 	out := stream.Process(keyed, "check", func(*stream.Setup) (stream.Processor[int64, int64, int64], error) {
 		return stream.Processor[int64, int64, int64]{Process: func(ctx *stream.Context[int64, int64], v int64) error {
 			mu.Lock()

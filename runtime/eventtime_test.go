@@ -54,7 +54,7 @@ func windowJob(t *testing.T, records int64, fail func() error, late, early *atom
 		Timestamp:      func(e event, _ stream.Position) time.Time { return time.UnixMilli(e.TS) },
 	})
 	checked := failing(src, "maybe-fail", fail)
-	keyed := stream.KeyBy(checked, "by-key", func(e event) uint64 { return e.Key }, state.Uint64())
+	keyed := stream.KeyByPartitioned(checked, "by-key", func(e event) uint64 { return e.Key }, state.Uint64())
 	counts := stream.Process(keyed, "tumbling", func(s *stream.Setup) (stream.Processor[uint64, event, windowCount], error) {
 		windows, err := stream.MapState(s, "windows", state.Int64(), state.Int64())
 		if err != nil {

@@ -17,7 +17,18 @@ type Graph struct {
 	errs  []error
 	// committers are the two-phase-commit sinks, by operator name.
 	committers map[string]Committer
+	// oneTask names the operators that key by moving records between
+	// tasks without a way to move them (a KeyBy built with no Kafka to
+	// shuffle through): the plan is correct only when task 0 runs alone.
+	oneTask []string
 }
+
+// Fail records an error found while building, for Plan to return.
+func (g *Graph) Fail(err error) { g.errs = append(g.errs, err) }
+
+// OneTask records that operator needs every record in one task: a plan
+// with one refuses to start any task but 0.
+func (g *Graph) OneTask(operator string) { g.oneTask = append(g.oneTask, operator) }
 
 // NewGraph starts the graph of the job called name.
 func NewGraph(name string) *Graph {

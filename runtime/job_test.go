@@ -43,7 +43,7 @@ func countJob(t testing.TB, records int64, keys uint64, parts int, fail func(int
 		}
 		return n, nil
 	})
-	keyed := stream.KeyBy(checked, "by-key", func(n int64) uint64 { return uint64(n) % keys }, state.Uint64())
+	keyed := stream.KeyByPartitioned(checked, "by-key", func(n int64) uint64 { return uint64(n) % keys }, state.Uint64())
 	counts := stream.Process(keyed, "count", func(s *stream.Setup) (stream.Processor[uint64, int64, update], error) {
 		count, err := stream.ValueState(s, "count", state.Int64())
 		if err != nil {

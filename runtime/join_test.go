@@ -54,10 +54,10 @@ func joinJob(t *testing.T, seed uint64, records int64, fail func() error,
 	keyed := func(name string, side int) stream.KeyedStream[uint64, jEvent] {
 		src := stream.SourceWithWatermarks(job, name, stream.GeneratorSource(records, jGen(seed, side)), wm)
 		checked := failing(src, name+"-maybe-fail", fail)
-		return stream.KeyBy(checked, name+"-by-key", func(e jEvent) uint64 { return e.Key }, state.Uint64())
+		return stream.KeyByPartitioned(checked, name+"-by-key", func(e jEvent) uint64 { return e.Key }, state.Uint64())
 	}
 	pairs := join(keyed("a", 0), keyed("b", 1))
-	byKey := stream.KeyBy(pairs, "by-pair-key", func(p jPair) uint64 { return p.Key }, state.Uint64())
+	byKey := stream.KeyByPartitioned(pairs, "by-pair-key", func(p jPair) uint64 { return p.Key }, state.Uint64())
 	stamped := stream.Process(byKey, "stamp", func(*stream.Setup) (stream.Processor[uint64, jPair, jPair], error) {
 		return stream.Processor[uint64, jPair, jPair]{Process: func(ctx *stream.Context[uint64, jPair], p jPair) error {
 			p.Stamp = ctx.Timestamp().UnixMilli()

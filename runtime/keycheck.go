@@ -69,9 +69,9 @@ type MisKeyedError struct {
 
 func (e *MisKeyedError) Error() string {
 	return fmt.Sprintf("%v: job %s operator %s, record %s: key %s (bytes %s) belongs to task %d, not task %d "+
-		"(%s puts it in partition %d of %d). KeyBy %s declares that the input is partitioned by this key, and this record is not: "+
+		"(%s puts it in partition %d of %d). KeyByPartitioned %s declares that the input is partitioned by this key, and this record is not: "+
 		"key by the Kafka record key (or a field its producers use as the record key, encoded as they encode it), "+
-		"move the records to the task of their key with worker.Repartition, "+
+		"move the records to the task of their key with stream.KeyBy, "+
 		"or use stream.LocalKeyBy for state per key per task on purpose; "+
 		"if the input's producers use another partitioner, say which (--partitioner)",
 		ErrMisKeyed, e.Job, e.Operator, e.Position, e.Key, quoteKey(e.KeyBytes), e.Owner, e.Task,

@@ -180,14 +180,14 @@ func TestKeyedCheck(t *testing.T) {
 	for ki, kind := range keyedKinds {
 		t.Run(kind.name, func(t *testing.T) {
 			t.Run("in-task", func(t *testing.T) {
-				n, err := runKeyed(t, ki, keyedInputs(-1), stream.KeyBy, runtime.Config{Partitions: 2, Partitioner: firstDigit{}})
+				n, err := runKeyed(t, ki, keyedInputs(-1), stream.KeyByPartitioned, runtime.Config{Partitions: 2, Partitioner: firstDigit{}})
 				if err != nil || n != total {
 					t.Fatalf("counted %d of %d records, err %v", n, total, err)
 				}
 			})
 			t.Run("off-task/fail", func(t *testing.T) {
 				obs := &failures{}
-				n, err := runKeyed(t, ki, keyedInputs(wrongAt), stream.KeyBy,
+				n, err := runKeyed(t, ki, keyedInputs(wrongAt), stream.KeyByPartitioned,
 					runtime.Config{Partitions: 2, Partitioner: firstDigit{}, MaxRestarts: 5, Observer: obs})
 				var mk *runtime.MisKeyedError
 				if !errors.As(err, &mk) || !errors.Is(err, runtime.ErrMisKeyed) {
@@ -204,7 +204,7 @@ func TestKeyedCheck(t *testing.T) {
 				if fmt.Sprint(*mk) != fmt.Sprint(want) {
 					t.Errorf("error\n%+v, want\n%+v", *mk, want)
 				}
-				for _, s := range []string{"record in 0@123", `key "1-stray" (bytes "1-stray") belongs to task 1, not task 0`, "KeyBy " + keyBy, "worker.Repartition", "stream.LocalKeyBy", "--partitioner"} {
+				for _, s := range []string{"record in 0@123", `key "1-stray" (bytes "1-stray") belongs to task 1, not task 0`, "KeyByPartitioned " + keyBy, "stream.KeyBy,", "stream.LocalKeyBy", "--partitioner"} {
 					if !strings.Contains(err.Error(), s) {
 						t.Errorf("error does not say %q: %v", s, err)
 					}
@@ -215,7 +215,7 @@ func TestKeyedCheck(t *testing.T) {
 			})
 			t.Run("off-task/set-aside", func(t *testing.T) {
 				bad := &setAside{}
-				n, err := runKeyed(t, ki, keyedInputs(wrongAt), stream.KeyBy,
+				n, err := runKeyed(t, ki, keyedInputs(wrongAt), stream.KeyByPartitioned,
 					runtime.Config{Partitions: 2, Partitioner: firstDigit{}, BadRecords: bad})
 				if err != nil || n != total-1 {
 					t.Fatalf("counted %d records, want all %d but the one set aside; err %v", n, total-1, err)
@@ -234,7 +234,7 @@ func TestKeyedCheck(t *testing.T) {
 					return fmt.Errorf("%w; it is in an internal topic: a bug", err)
 				}}
 				obs := &failures{}
-				_, err := runKeyed(t, ki, keyedInputs(wrongAt), stream.KeyBy,
+				_, err := runKeyed(t, ki, keyedInputs(wrongAt), stream.KeyByPartitioned,
 					runtime.Config{Partitions: 2, Partitioner: firstDigit{}, BadRecords: bad, MaxRestarts: 5, Observer: obs})
 				if !errors.Is(err, runtime.ErrMisKeyed) || !strings.Contains(err.Error(), "a bug") {
 					t.Fatalf("want BadRecords' error, got %v", err)
@@ -252,7 +252,7 @@ func TestKeyedCheck(t *testing.T) {
 				}
 			})
 			t.Run("unchecked", func(t *testing.T) {
-				n, err := runKeyed(t, ki, keyedInputs(wrongAt), stream.KeyBy, runtime.Config{Partitioner: firstDigit{}})
+				n, err := runKeyed(t, ki, keyedInputs(wrongAt), stream.KeyByPartitioned, runtime.Config{Partitioner: firstDigit{}})
 				if err != nil || n != total {
 					t.Fatalf("without Partitions: counted %d of %d records, err %v", n, total, err)
 				}
@@ -271,7 +271,7 @@ func TestKeyedCheckDefaultPartitioner(t *testing.T) {
 		}
 	}
 	parts := [][]string{{stray}, {}}
-	_, err := runKeyed(t, 0, parts, stream.KeyBy, runtime.Config{Partitions: 2})
+	_, err := runKeyed(t, 0, parts, stream.KeyByPartitioned, runtime.Config{Partitions: 2})
 	var mk *runtime.MisKeyedError
 	if !errors.As(err, &mk) || mk.Partitioner != "murmur2" || mk.Owner != 1 {
 		t.Fatalf("by default, want murmur2 to put %q in task 1: %v", stray, err)

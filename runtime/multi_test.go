@@ -57,14 +57,14 @@ func twoInputJob(t testing.TB, coProcess bool, records int64, keys uint64, fail 
 	}
 	var out stream.Stream[update]
 	if coProcess {
-		out = stream.CoProcess(stream.KeyBy(a, "key-a", key, state.Uint64()), stream.KeyBy(b, "key-b", key, state.Uint64()), "count",
+		out = stream.CoProcess(stream.KeyByPartitioned(a, "key-a", key, state.Uint64()), stream.KeyByPartitioned(b, "key-b", key, state.Uint64()), "count",
 			func(s *stream.Setup) (stream.CoProcessor[uint64, int64, int64, update], error) {
 				f, err := counter(s)
 				return stream.CoProcessor[uint64, int64, int64, update]{Process1: f, Process2: f}, err
 			})
 	} else {
 		merged := stream.Union("merge", a, b)
-		out = stream.Process(stream.KeyBy(merged, "by-key", key, state.Uint64()), "count",
+		out = stream.Process(stream.KeyByPartitioned(merged, "by-key", key, state.Uint64()), "count",
 			func(s *stream.Setup) (stream.Processor[uint64, int64, update], error) {
 				f, err := counter(s)
 				return stream.Processor[uint64, int64, update]{Process: f}, err

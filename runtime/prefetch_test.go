@@ -37,7 +37,7 @@ func TestKeyedBatchPaths(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/panic=%s", name, panicIn), func(t *testing.T) {
 				job := stream.NewJob("batches")
 				src := stream.Source(job, "numbers", stream.GeneratorSource(records, func(_ int, i int64) int64 { return i }))
-				keyed := stream.KeyBy(src, "by-key", func(n int64) uint64 {
+				keyed := stream.KeyByPartitioned(src, "by-key", func(n int64) uint64 {
 					if panicIn == "key" && n == 4242 {
 						panic("key boom")
 					}

@@ -126,7 +126,7 @@ func benchRestore(b *testing.B, keys int64) {
 func valueStoreJob(b *testing.B, name string, src runtime.SourceFactory[int64], keys int64, valSize int, onRecord func()) *runtime.Plan {
 	job := stream.NewJob(name)
 	in := stream.Source(job, "numbers", src)
-	keyed := stream.KeyBy(in, "by-key", func(i int64) uint64 { return uint64(i % keys) }, state.Uint64())
+	keyed := stream.KeyByPartitioned(in, "by-key", func(i int64) uint64 { return uint64(i % keys) }, state.Uint64())
 	out := stream.Process(keyed, "store", func(s *stream.Setup) (stream.Processor[uint64, int64, int64], error) {
 		v, err := stream.ValueState(s, "v", state.Bytes())
 		val := make([]byte, valSize)

@@ -118,6 +118,10 @@ func (r *Runner) Start(id int, epoch int64) error {
 	if id < 0 {
 		return fmt.Errorf("task %d: negative index", id)
 	}
+	if id > 0 && len(r.plan.g.oneTask) > 0 {
+		return fmt.Errorf("task %d: operators %v move records between tasks, and this plan has no way to move them "+
+			"(built without Kafka, as in a test): only task 0 can run, alone; run the job under a worker to run more", id, r.plan.g.oneTask)
+	}
 	if r.cfg.Partitions > 0 && id >= r.cfg.Partitions {
 		return fmt.Errorf("task %d: no partition: the input has %d (tasks 0..%d)", id, r.cfg.Partitions, r.cfg.Partitions-1)
 	}

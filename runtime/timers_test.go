@@ -19,7 +19,7 @@ func TestProcessingTimeTimers(t *testing.T) {
 	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
 	job := stream.NewJob("timers")
 	src := stream.Source(job, "numbers", stream.GeneratorSource(100, func(_ int, i int64) int64 { return i }))
-	keyed := stream.KeyBy(src, "by-key", func(n int64) int64 { return n % 10 }, state.Int64())
+	keyed := stream.KeyByPartitioned(src, "by-key", func(n int64) int64 { return n % 10 }, state.Int64())
 	fired := stream.Process(keyed, "timers", func(s *stream.Setup) (stream.Processor[int64, int64, string], error) {
 		return stream.Processor[int64, int64, string]{
 			Process: func(ctx *stream.Context[int64, string], n int64) error {

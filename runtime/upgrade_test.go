@@ -22,7 +22,7 @@ func TestRestoreRefusesRenamedOperators(t *testing.T) {
 		job := stream.NewJob("upgrade")
 		src := stream.Source(job, source, stream.GeneratorSource(1000, func(task int, i int64) int64 { return i }))
 		m := stream.Map(src, mapper, func(n int64) (int64, error) { return n, nil })
-		keyed := stream.KeyBy(m, "by-key", func(n int64) uint64 { return uint64(n % 10) }, state.Uint64())
+		keyed := stream.KeyByPartitioned(m, "by-key", func(n int64) uint64 { return uint64(n % 10) }, state.Uint64())
 		counts := stream.Process(keyed, counter, func(s *stream.Setup) (stream.Processor[uint64, int64, update], error) {
 			count, err := stream.ValueState(s, "count", state.Int64())
 			if err != nil {

@@ -42,7 +42,7 @@ func runEdge(t *testing.T, recs []wEvent, w stream.WindowAssigner, lateness time
 	src := stream.SourceWithWatermarks(job, "events", func(context.Context, runtime.TaskInfo, []checkpoint.SourcePosition) (runtime.SourceReader[wEvent], error) {
 		return &oneByOne{recs: recs}, nil
 	}, stream.Watermarks[wEvent]{Timestamp: func(e wEvent, _ stream.Position) time.Time { return time.UnixMilli(e.TS) }})
-	win := stream.Aggregate(stream.KeyBy(src, "by-key", func(e wEvent) uint64 { return e.Key }, state.Uint64()), "windows",
+	win := stream.Aggregate(stream.KeyByPartitioned(src, "by-key", func(e wEvent) uint64 { return e.Key }, state.Uint64()), "windows",
 		w, stream.WindowOptions{AllowedLateness: lateness}, state.Int64(), countAdd, countMerge, countResult)
 	res, late := newTxnStore[wResult](), newTxnStore[wEvent]()
 	stream.Sink(win.Results, "sink", res.sink())

@@ -95,9 +95,9 @@ func windowsJob(t *testing.T, records int64, gen func(int, int64) wEvent, fail f
 		Timestamp:      func(e wEvent, _ stream.Position) time.Time { return time.UnixMilli(e.TS) },
 	})
 	checked := failing(src, "maybe-fail", fail)
-	w := build(stream.KeyBy(checked, "by-key", func(e wEvent) uint64 { return e.Key }, state.Uint64()))
+	w := build(stream.KeyByPartitioned(checked, "by-key", func(e wEvent) uint64 { return e.Key }, state.Uint64()))
 	// A keyed operator downstream sees the event time each result carries.
-	byWindow := stream.KeyBy(w.Results, "by-window", func(r wResult) uint64 { return r.Key }, state.Uint64())
+	byWindow := stream.KeyByPartitioned(w.Results, "by-window", func(r wResult) uint64 { return r.Key }, state.Uint64())
 	results := stream.Process(byWindow, "results", func(*stream.Setup) (stream.Processor[uint64, wResult, wOut], error) {
 		return stream.Processor[uint64, wResult, wOut]{Process: func(ctx *stream.Context[uint64, wOut], r wResult) error {
 			r.Emitted = ctx.Timestamp().UnixMilli()
@@ -359,7 +359,7 @@ func TestSessionMerge(t *testing.T) {
 					OutOfOrderness: 10 * time.Second,
 					Timestamp:      func(e wEvent, _ stream.Position) time.Time { return time.UnixMilli(e.TS) },
 				})
-				w := build(stream.KeyBy(src, "by-key", func(e wEvent) uint64 { return e.Key }, state.Uint64()))
+				w := build(stream.KeyByPartitioned(src, "by-key", func(e wEvent) uint64 { return e.Key }, state.Uint64()))
 				store := newTxnStore[wResult]()
 				stream.Sink(w.Results, "sink", store.sink())
 				plan, err := job.Build()

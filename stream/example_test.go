@@ -50,7 +50,7 @@ func Example() {
 		}
 		return nil
 	})
-	byWord := stream.KeyBy(words, "by-word", func(w string) string { return w }, state.String())
+	byWord := stream.KeyBy(words, "by-word", func(w string) string { return w }, state.String(), state.String())
 	counts := stream.Process(byWord, "count", func(s *stream.Setup) (stream.Processor[string, string, string], error) {
 		count, err := stream.ValueState(s, "count", state.Int64())
 		return stream.Processor[string, string, string]{
@@ -90,13 +90,13 @@ func Example() {
 	// be=2
 }
 
-// KeyBy declares that the input is partitioned by the key. Given the
+// KeyByPartitioned declares that the input is partitioned by the key. Given the
 // input's partition count, every keyed operator checks each record: here
 // task 0 of 2 reads a word that murmur2, Kafka's partitioner, puts in
 // partition 1, and the task fails for good naming it (a worker can
 // dead-letter it instead). Keyed with stream.LocalKeyBy, task 0 would
 // count it, a partial count on purpose.
-func ExampleKeyBy() {
+func ExampleKeyByPartitioned() {
 	job := stream.NewJob("wordcount")
 	lines := stream.Source(job, "lines", stream.SliceSource([][]string{{"to be or"}, {}}))
 	words := stream.FlatMap(lines, "split", func(line string, out *stream.Emitter[string]) error {
@@ -107,7 +107,7 @@ func ExampleKeyBy() {
 		}
 		return nil
 	})
-	byWord := stream.KeyBy(words, "by-word", func(w string) string { return w }, state.String())
+	byWord := stream.KeyByPartitioned(words, "by-word", func(w string) string { return w }, state.String())
 	seen := stream.Process(byWord, "seen", func(*stream.Setup) (stream.Processor[string, string, string], error) {
 		return stream.Processor[string, string, string]{
 			Process: func(ctx *stream.Context[string, string], w string) error { return ctx.Emit(w) },

@@ -3,6 +3,8 @@ package stream
 import (
 	"context"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/runtime"
@@ -79,3 +81,67 @@ func (discardWriter[T]) PreCommit(context.Context, checkpoint.ID) ([]checkpoint.
 }
 func (discardWriter[T]) Commit(context.Context, checkpoint.ID) error { return nil }
 func (discardWriter[T]) Close() error                                { return nil }
+
+// Collected is an in-memory sink for tests: it keeps the records of each
+// task that a completed checkpoint committed, in the order written, as a
+// reader of a Kafka topic read_committed would see them.
+type Collected[T any] struct {
+	mu  sync.Mutex
+	out []T
+}
+
+// Collect returns an empty Collected; Sink(s, name, c.Sink()) fills it.
+func Collect[T any]() *Collected[T] { return &Collected[T]{} }
+
+// Sink is the sink that fills c.
+func (c *Collected[T]) Sink() runtime.SinkFactory[T] {
+	return func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+		return &collectWriter[T]{c: c}, nil
+	}
+}
+
+// Records are the records committed so far.
+func (c *Collected[T]) Records() []T {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.out)
+}
+
+type collectWriter[T any] struct {
+	c       *Collected[T]
+	open    []T // written since the last barrier
+	pending []pendingRecords[T]
+}
+
+type pendingRecords[T any] struct {
+	id   checkpoint.ID
+	recs []T
+}
+
+func (w *collectWriter[T]) Write(_ context.Context, v T) error {
+	w.open = append(w.open, v)
+	return nil
+}
+
+func (w *collectWriter[T]) PreCommit(_ context.Context, id checkpoint.ID) ([]checkpoint.Committable, error) {
+	w.pending = append(w.pending, pendingRecords[T]{id: id, recs: w.open})
+	w.open = nil
+	return nil, nil
+}
+
+func (w *collectWriter[T]) Commit(_ context.Context, id checkpoint.ID) error {
+	w.c.mu.Lock()
+	defer w.c.mu.Unlock()
+	n := 0
+	for _, p := range w.pending {
+		if p.id > id {
+			break
+		}
+		w.c.out = append(w.c.out, p.recs...)
+		n++
+	}
+	w.pending = w.pending[n:]
+	return nil
+}
+
+func (w *collectWriter[T]) Close() error { return nil }

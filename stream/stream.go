@@ -3,6 +3,7 @@ package stream
 import (
 	"time"
 
+	"github.com/weirstream/weir/internal/jobenv"
 	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 )
@@ -10,6 +11,11 @@ import (
 // Job is a dataflow graph under construction.
 type Job struct {
 	g *runtime.Graph
+	// env is the worker's Kafka (Bind), nil in a test over slices.
+	env *jobenv.Env
+	// reads and writes are the job's Kafka topics, resolved by Build.
+	reads  []*read
+	writes []*write
 }
 
 // NewJob starts a job. Its name derives the consumer group, the
@@ -21,16 +27,21 @@ func (j *Job) Name() string { return j.g.Name() }
 
 // Build validates the graph and returns every error found, joined; only a
 // valid plan runs.
-func (j *Job) Build() (*runtime.Plan, error) { return j.g.Plan() }
+func (j *Job) Build() (*runtime.Plan, error) {
+	j.resolve()
+	return j.g.Plan()
+}
 
 // Stream is a typed stream of records.
 type Stream[T any] struct {
+	j *Job
 	p *runtime.Port[T]
 }
 
 // KeyedStream is a stream with a key: keyed operators downstream see state
 // scoped to each record's key.
 type KeyedStream[K, T any] struct {
+	j *Job
 	k *runtime.Keyed[K, T]
 }
 
@@ -64,7 +75,7 @@ type Timed[T any] = runtime.Timed[T]
 // WithEventTime pairs each record with its event time, for code that does
 // not see the record's position (a sink encoder).
 func WithEventTime[T any](s Stream[T], name string) Stream[Timed[T]] {
-	return Stream[Timed[T]]{p: runtime.WithEventTime(s.p, name)}
+	return Stream[Timed[T]]{j: s.j, p: runtime.WithEventTime(s.p, name)}
 }
 
 // Tumbling windows of size, one after the other: each record is in one.
@@ -84,8 +95,10 @@ type Windowed[Out, In any] struct {
 	Late    Stream[In]
 }
 
-func windowed[Out, In any](out *runtime.Port[Out], late *runtime.Port[In]) Windowed[Out, In] {
-	return Windowed[Out, In]{Results: Stream[Out]{p: out}, Late: Stream[In]{p: late}}
+func windowed[Out, In any](j *Job) func(out *runtime.Port[Out], late *runtime.Port[In]) Windowed[Out, In] {
+	return func(out *runtime.Port[Out], late *runtime.Port[In]) Windowed[Out, In] {
+		return Windowed[Out, In]{Results: Stream[Out]{j: j, p: out}, Late: Stream[In]{j: j, p: late}}
+	}
 }
 
 // Aggregate windows a keyed stream and aggregates each window
@@ -95,14 +108,14 @@ func windowed[Out, In any](out *runtime.Port[Out], late *runtime.Port[In]) Windo
 // end.
 func Aggregate[K, In, Acc, Out any](s KeyedStream[K, In], name string, w WindowAssigner, opts WindowOptions, acc state.Codec[Acc],
 	add func(acc Acc, v In) Acc, merge func(a, b Acc) Acc, result func(key K, w Window, acc Acc) (Out, error)) Windowed[Out, In] {
-	return windowed(runtime.WindowAggregate(s.k, name, w, opts, acc, add, merge, result))
+	return windowed[Out, In](s.j)(runtime.WindowAggregate(s.k, name, w, opts, acc, add, merge, result))
 }
 
 // Reduce windows a keyed stream and combines each window's records with
 // reduce (associative), then makes the output with result.
 func Reduce[K, In, Out any](s KeyedStream[K, In], name string, w WindowAssigner, opts WindowOptions, codec state.Codec[In],
 	reduce func(a, b In) In, result func(key K, w Window, v In) (Out, error)) Windowed[Out, In] {
-	return windowed(runtime.WindowReduce(s.k, name, w, opts, codec, reduce, result))
+	return windowed[Out, In](s.j)(runtime.WindowReduce(s.k, name, w, opts, codec, reduce, result))
 }
 
 // Apply windows a keyed stream and calls fn with all of a window's records
@@ -110,45 +123,46 @@ func Reduce[K, In, Out any](s KeyedStream[K, In], name string, w WindowAssigner,
 // without reading the window back).
 func Apply[K, In, Out any](s KeyedStream[K, In], name string, w WindowAssigner, opts WindowOptions, codec state.Codec[In],
 	fn func(key K, w Window, items []In, out *Emitter[Out]) error) Windowed[Out, In] {
-	return windowed(runtime.WindowApply(s.k, name, w, opts, codec, fn))
+	return windowed[Out, In](s.j)(runtime.WindowApply(s.k, name, w, opts, codec, fn))
 }
 
 // Source adds a source; factory opens its reader for each task.
 func Source[T any](j *Job, name string, factory runtime.SourceFactory[T]) Stream[T] {
-	return Stream[T]{p: runtime.Source(j.g, name, factory)}
+	return Stream[T]{j: j, p: runtime.Source(j.g, name, factory)}
 }
 
 // SourceWithWatermarks adds a source whose records' timestamps drive event
 // time: watermarks derived as w says reach every operator downstream and
 // fire their event-time timers.
 func SourceWithWatermarks[T any](j *Job, name string, factory runtime.SourceFactory[T], w Watermarks[T]) Stream[T] {
-	return Stream[T]{p: runtime.SourceWithWatermarks(j.g, name, factory, &w)}
+	return Stream[T]{j: j, p: runtime.SourceWithWatermarks(j.g, name, factory, &w)}
 }
 
 // Map applies fn to every record.
 func Map[In, Out any](s Stream[In], name string, fn func(In) (Out, error)) Stream[Out] {
-	return Stream[Out]{p: runtime.Map(s.p, name, fn)}
+	return Stream[Out]{j: s.j, p: runtime.Map(s.p, name, fn)}
 }
 
 // Filter keeps the records for which fn returns true.
 func Filter[T any](s Stream[T], name string, fn func(T) (bool, error)) Stream[T] {
-	return Stream[T]{p: runtime.Filter(s.p, name, fn)}
+	return Stream[T]{j: s.j, p: runtime.Filter(s.p, name, fn)}
 }
 
 // FlatMap emits any number of records for each record.
 func FlatMap[In, Out any](s Stream[In], name string, fn func(In, *Emitter[Out]) error) Stream[Out] {
-	return Stream[Out]{p: runtime.FlatMap(s.p, name, fn)}
+	return Stream[Out]{j: s.j, p: runtime.FlatMap(s.p, name, fn)}
 }
 
-// KeyBy keys a stream by keyFn; codec encodes the key for state. It moves
-// no record: it declares that the input is already partitioned by the key,
-// as it is when the key is the Kafka record key and codec encodes it as
-// the input's producers did. A worker checks that on every record: a
-// record whose key belongs to another task is a bad record (dead-lettered
-// or failing the task), never partial state. To key by anything else, move
-// the records with worker.Repartition.
-func KeyBy[K, T any](s Stream[T], name string, keyFn func(T) K, codec state.Codec[K]) KeyedStream[K, T] {
-	return KeyedStream[K, T]{k: runtime.KeyBy(s.p, name, keyFn, codec)}
+// KeyByPartitioned keys a stream by keyFn without moving a record: it
+// declares that the input is already partitioned by the key, as it is when
+// the key is the Kafka record key (or a field the input's producers keyed
+// by) and codec encodes it as they did. Kafka Streams calls this
+// groupByKey, Flink reinterpretAsKeyedStream. A worker checks it on every
+// record: a record whose key belongs to another task is a bad record
+// (dead-lettered or failing the task), never partial state. To key by
+// anything else, use KeyBy, which moves the records.
+func KeyByPartitioned[K, T any](s Stream[T], name string, keyFn func(T) K, codec state.Codec[K]) KeyedStream[K, T] {
+	return KeyedStream[K, T]{j: s.j, k: runtime.KeyBy(s.p, name, keyFn, codec)}
 }
 
 // LocalKeyBy keys a stream within each task, whatever the input's
@@ -156,13 +170,13 @@ func KeyBy[K, T any](s Stream[T], name string, keyFn func(T) K, codec state.Code
 // same key in two tasks is two states. It is for state that is partial on
 // purpose, as a pre-aggregation per task before a repartition.
 func LocalKeyBy[K, T any](s Stream[T], name string, keyFn func(T) K, codec state.Codec[K]) KeyedStream[K, T] {
-	return KeyedStream[K, T]{k: runtime.LocalKeyBy(s.p, name, keyFn, codec)}
+	return KeyedStream[K, T]{j: s.j, k: runtime.LocalKeyBy(s.p, name, keyFn, codec)}
 }
 
 // Process adds a keyed operator. factory runs once per task: it declares
 // state on the Setup and returns the functions that use it.
 func Process[K, In, Out any](s KeyedStream[K, In], name string, factory func(*Setup) (Processor[K, In, Out], error)) Stream[Out] {
-	return Stream[Out]{p: runtime.KeyedProcess(s.k, name, factory)}
+	return Stream[Out]{j: s.j, p: runtime.KeyedProcess(s.k, name, factory)}
 }
 
 // Union merges streams of one type; it aligns checkpoint barriers across
@@ -172,13 +186,13 @@ func Union[T any](name string, first Stream[T], more ...Stream[T]) Stream[T] {
 	for _, s := range more {
 		ports = append(ports, s.p)
 	}
-	return Stream[T]{p: runtime.Union(name, ports...)}
+	return Stream[T]{j: first.j, p: runtime.Union(name, ports...)}
 }
 
 // CoProcess connects two streams keyed alike into one keyed operator whose
 // state both inputs share; it aligns checkpoint barriers across them.
 func CoProcess[K, In1, In2, Out any](a KeyedStream[K, In1], b KeyedStream[K, In2], name string, factory func(*Setup) (CoProcessor[K, In1, In2, Out], error)) Stream[Out] {
-	return Stream[Out]{p: runtime.CoProcess(a.k, b.k, name, factory)}
+	return Stream[Out]{j: a.j, p: runtime.CoProcess(a.k, b.k, name, factory)}
 }
 
 // Sink adds a sink; it opens a writer for each task.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,7 +42,13 @@ type Config struct {
 	// Security is how every Kafka client of the worker connects: TLS and
 	// SASL (--security-protocol, --tls-*, --sasl-*). Default PLAINTEXT.
 	Security Security
-	// Input and Output are the topics the job reads and writes. Required.
+	// Topics point the topics a job declares (stream.Read, stream.Write)
+	// at other topics in this environment: --topic NAME=TOPIC, repeated or
+	// comma-separated. A topic without one is used under its own name.
+	Topics map[string]string
+	// Input and Output, if set, are the topics of a job that reads one
+	// topic and writes one: the overrides of its only read and write. A
+	// job with several refuses them; --topic names each.
 	Input  string
 	Output string
 	// Partitioner is the partitioner the input topic's producers used:
@@ -235,11 +242,10 @@ func (c *Config) Validate() error {
 	if err := c.Security.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Input == "" {
-		bad("input", "required: the topic to read")
-	}
-	if c.Output == "" {
-		bad("output", "required: the topic to write")
+	for name, t := range c.Topics {
+		if name == "" || t == "" {
+			bad("topic", "%q=%q, want NAME=TOPIC, both set", name, t)
+		}
 	}
 	if c.Input != "" && c.Input == c.Output {
 		bad("output", "%q is also the input topic", c.Output)
@@ -435,8 +441,9 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Name, "name", c.Name, "job instance name: transactional id prefix, checkpoint path, lag group `<name>-lag` (default: --job)")
 	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses, comma-separated")
 	c.Security.RegisterFlags(fs)
-	fs.StringVar(&c.Input, "input", c.Input, "input topic (required)")
-	fs.StringVar(&c.Output, "output", c.Output, "output topic (required)")
+	fs.Var(topicMap{m: &c.Topics}, "topic", "`NAME=TOPIC`: read or write TOPIC where the job declares the topic NAME (repeated, or comma-separated)")
+	fs.StringVar(&c.Input, "input", c.Input, "the topic of a job that reads one: overrides the job's")
+	fs.StringVar(&c.Output, "output", c.Output, "the topic of a job that writes one: overrides the job's")
 	fs.StringVar(&c.Partitioner, "partitioner", c.Partitioner, "the partitioner the input topic's producers used, which every KeyBy checks each record's key against: "+
 		"murmur2 (Kafka's Java client, Kafka Streams, franz-go), crc32 (librdkafka's default consistent_random: confluent-kafka-go, -python, -dotnet) or fnv1a (Sarama's default)")
 	fs.Var(cli.Ints{V: &c.Tasks}, "tasks", "static tasks (input partitions) to run, comma-separated, without the consumer group (default: the group assigns them)")
@@ -515,4 +522,37 @@ func CheckCheckpointsURI(uri string) error {
 		return err
 	}
 	return fmt.Errorf("%q, want file:///path, s3://bucket/prefix or memory", uri)
+}
+
+// topicMap is the value of --topic: NAME=TOPIC pairs, comma-separated,
+// merged over repeated flags.
+type topicMap struct{ m *map[string]string }
+
+func (t topicMap) String() string {
+	if t.m == nil {
+		return ""
+	}
+	var pairs []string
+	for name, topic := range *t.m {
+		pairs = append(pairs, name+"="+topic)
+	}
+	slices.Sort(pairs)
+	return strings.Join(pairs, ",")
+}
+
+func (t topicMap) Set(v string) error {
+	for _, pair := range strings.Split(v, ",") {
+		if pair = strings.TrimSpace(pair); pair == "" {
+			continue
+		}
+		name, topic, ok := strings.Cut(pair, "=")
+		if !ok || name == "" || topic == "" {
+			return fmt.Errorf("%q, want NAME=TOPIC", pair)
+		}
+		if *t.m == nil {
+			*t.m = map[string]string{}
+		}
+		(*t.m)[name] = topic
+	}
+	return nil
 }

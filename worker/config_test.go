@@ -2,6 +2,7 @@ package worker
 
 import (
 	"bytes"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -49,8 +50,7 @@ func TestValidateNamesTheBadSetting(t *testing.T) {
 		{"tolerable failures", func(c *Config) { c.TolerableFailures = -1 }, []string{"--tolerable-failures: must not be negative"}},
 		{"job", func(c *Config) { c.Job = "a job" }, []string{`--job: "a job"`}},
 		{"name", func(c *Config) { c.Name = "a b" }, []string{`--name: "a b"`}},
-		{"no input", func(c *Config) { c.Input = "" }, []string{"--input: required"}},
-		{"no output", func(c *Config) { c.Output = "" }, []string{"--output: required"}},
+		{"topic without a target", func(c *Config) { c.Topics = map[string]string{"orders": ""} }, []string{`--topic: "orders"=""`}},
 		{"same topics", func(c *Config) { c.Output = c.Input }, []string{"--output: \"in\" is also the input topic"}},
 		{"no brokers", func(c *Config) { c.Brokers = nil }, []string{"--brokers: required"}},
 		{"bad broker", func(c *Config) { c.Brokers = []string{"localhost"} }, []string{`--brokers: "localhost" is not host:port`}},
@@ -298,5 +298,28 @@ func TestConfigFileErrors(t *testing.T) {
 	_, err := Parse([]string{"--config", "/nonexistent/weir.yaml"}, env(), &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "--config: open /nonexistent/weir.yaml") {
 		t.Errorf("missing file: %v", err)
+	}
+}
+
+// TestTopicFlag: --topic points the job's topics elsewhere, repeated or
+// comma-separated, from the command line or WEIR_TOPIC; a pair without
+// its '=' is refused naming the flag.
+func TestTopicFlag(t *testing.T) {
+	var stderr bytes.Buffer
+	c, err := Parse([]string{"--topic", "orders=prod.orders", "--topic", "paid=prod.paid, rejects=prod.rejects"}, env(), &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	want := map[string]string{"orders": "prod.orders", "paid": "prod.paid", "rejects": "prod.rejects"}
+	if !maps.Equal(c.Topics, want) {
+		t.Errorf("topics %v, want %v", c.Topics, want)
+	}
+	c, err = Parse(nil, env("WEIR_TOPIC", "payments=p2"), &stderr)
+	if err != nil || c.Topics["payments"] != "p2" {
+		t.Errorf("WEIR_TOPIC: %v %v", c.Topics, err)
+	}
+	stderr.Reset()
+	if _, err := Parse([]string{"--topic", "orders"}, env(), &stderr); err == nil || !strings.Contains(err.Error()+stderr.String(), "topic") {
+		t.Errorf("--topic orders (no '='): %v %s", err, stderr.String())
 	}
 }

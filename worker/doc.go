@@ -2,9 +2,14 @@
 // worker process: one call (Main, or Run for more control) and a user's
 // main is done.
 //
-//	func main() {
-//		worker.Main(worker.Pipeline("balance", balance.Decode, balance.Encode, balance.Build))
-//	}
+//	import _ "github.com/weirstream/weir/examples/balance" // registers the job "balance"
+//
+//	func main() { worker.Main() }
+//
+// The job's package declares its graph and its Kafka topics with package
+// stream (stream.Read, stream.Write, stream.Register); the worker gives
+// them their brokers, clients and settings, and points the topics where
+// --topic, --input and --output say.
 //
 // What a worker does:
 //

@@ -39,7 +39,7 @@ func TestTaskDownWhenRevoked(t *testing.T) {
 		failing := func(context.Context, runtime.TaskInfo, []checkpoint.SourcePosition) (runtime.SourceReader[count.In], error) {
 			return nil, errors.New("open: no space left on device")
 		}
-		count.Build(job, failing, stream.DiscardSink[count.Out]())
+		stream.Sink(count.Counts(stream.Source(job, count.SourceName, failing)), count.SinkName, stream.DiscardSink[count.Out]())
 		plan, err := job.Build()
 		if err != nil {
 			t.Fatal(err)

@@ -50,7 +50,7 @@ func (w *worker) runGroup(ctx context.Context) error {
 	m := &membership{w: w, givenUp: map[int]bool{}}
 	host, _ := os.Hostname()
 	m.bal = &balancer{
-		topics:     []string{c.Input},
+		topics:     w.inputs[:1], // the group hands out tasks: one topic carries them
 		partitions: w.layout.partitions,
 		givenUp:    m.isGivenUp,
 		meta: func() memberMeta {
@@ -64,7 +64,7 @@ func (w *worker) runGroup(ctx context.Context) error {
 		kgo.SeedBrokers(c.Brokers...),
 		kgo.ClientID("weir-worker"),
 		kgo.ConsumerGroup(c.Group()),
-		kgo.ConsumeTopics(c.Input),
+		kgo.ConsumeTopics(w.inputs[0]),
 		kgo.Balancers(m.bal),
 		kgo.DisableAutoCommit(),
 		kgo.SessionTimeout(c.SessionTimeout),
@@ -82,7 +82,7 @@ func (w *worker) runGroup(ctx context.Context) error {
 	}
 	// The group only hands out tasks: the tasks read their partitions
 	// themselves, from their checkpoints.
-	cl.PauseFetchTopics(c.Input)
+	cl.PauseFetchTopics(w.inputs[0])
 	m.cl = cl
 	// Under mu: the status server, started before the group, reads it.
 	w.mu.Lock()

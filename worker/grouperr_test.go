@@ -26,7 +26,7 @@ func TestRefusedSessionTimeout(t *testing.T) {
 	cfg.SessionTimeout, cfg.HeartbeatInterval, cfg.HTTPAddr = 2*time.Second, 500*time.Millisecond, "off"
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	err := Run(ctx, cfg, []Job{Pipeline("count", count.Decode, count.Encode, count.Build)},
+	err := Run(ctx, cfg, []Job{NewJob("count", count.Build)},
 		Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err == nil || !strings.Contains(err.Error(), "--session-timeout 2s") || !strings.Contains(err.Error(), "INVALID_SESSION_TIMEOUT") {
 		t.Fatalf("Run: %v, want an error naming --session-timeout 2s", err)

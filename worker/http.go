@@ -101,7 +101,7 @@ type workerStatus struct {
 
 func (w *worker) status(ctx context.Context) workerStatus {
 	c := &w.cfg
-	s := workerStatus{Job: c.Job, Name: c.name(), Input: c.Input, Output: c.Output, Started: w.started, Now: time.Now(),
+	s := workerStatus{Job: c.Job, Name: c.name(), Input: strings.Join(w.inputs, ","), Output: strings.Join(w.outputs, ","), Started: w.started, Now: time.Now(),
 		Tasks: w.taskSnapshot(), RecordsIn: w.stats.In.Load(), RecordsOut: w.stats.Out.Load(), Assignment: "static (--tasks)", Assigned: c.Tasks}
 	s.Ready, s.ReadyWhy = w.ready()
 	w.mu.Lock()

@@ -82,7 +82,7 @@ type layoutGuard struct {
 	cl       *kgo.Client
 	adm      *kadm.Client
 	log      *slog.Logger
-	input    string
+	inputs   []string
 	internal []string
 	// reset is the command line that deletes a topic, for the errors.
 	reset func(topic string) string
@@ -97,9 +97,9 @@ type layoutGuard struct {
 	partitions int32
 }
 
-// newLayoutGuard returns the guard of c's job, whose internal topics are
-// internal; close it when done.
-func newLayoutGuard(c *Config, st checkpoint.Storage, internal []string, kafka []kgo.Opt, log *slog.Logger) (*layoutGuard, error) {
+// newLayoutGuard returns the guard of c's job, which reads inputs and
+// whose internal topics are internal; close it when done.
+func newLayoutGuard(c *Config, st checkpoint.Storage, inputs, internal []string, kafka []kgo.Opt, log *slog.Logger) (*layoutGuard, error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, kafka...)...)
 	if err != nil {
 		return nil, err
@@ -107,7 +107,7 @@ func newLayoutGuard(c *Config, st checkpoint.Storage, internal []string, kafka [
 	brokers := strings.Join(c.Brokers, ",")
 	return &layoutGuard{
 		job: c.name(), st: st, cl: cl, adm: kadm.NewClient(cl), log: log,
-		input: c.Input, internal: slices.Clone(internal),
+		inputs: slices.Clone(inputs), internal: slices.Clone(internal),
 		reset: func(topic string) string {
 			return "kafka-topics.sh --bootstrap-server " + brokers + " --delete --topic " + topic
 		},
@@ -117,7 +117,7 @@ func newLayoutGuard(c *Config, st checkpoint.Storage, internal []string, kafka [
 
 func (g *layoutGuard) close() { g.cl.Close() }
 
-func (g *layoutGuard) topics() []string { return append([]string{g.input}, g.internal...) }
+func (g *layoutGuard) topics() []string { return append(slices.Clone(g.inputs), g.internal...) }
 
 // start settles the layout the job runs on, before any task of this
 // worker starts. With a layout record, that is the record, and the live

@@ -49,7 +49,7 @@ func newLayoutCase(t *testing.T, c *testcluster.Cluster, partitions int32) *layo
 // guard returns a guard of the job, as a worker starting now makes it.
 func (lc *layoutCase) guard(t *testing.T) *layoutGuard {
 	t.Helper()
-	g, err := newLayoutGuard(&lc.cfg, lc.st, lc.internal, nil, slog.New(slog.NewTextHandler(lc.logs, nil)))
+	g, err := newLayoutGuard(&lc.cfg, lc.st, []string{lc.cfg.Input}, lc.internal, nil, slog.New(slog.NewTextHandler(lc.logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,7 +477,7 @@ func startLayoutRun(t *testing.T, cfg Config) *layoutRun {
 	opts := Options{Logger: slog.New(r.sig), Observer: r.obs, Drain: r.drain, Listening: func(a string) { r.addr <- a }}
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
-		r.done <- Run(ctx, cfg, []Job{Pipeline("count", count.Decode, count.Encode, count.Build)}, opts)
+		r.done <- Run(ctx, cfg, []Job{NewJob("count", count.Build)}, opts)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -19,17 +19,23 @@ import (
 	"github.com/weirstream/weir/internal/cli"
 )
 
-// Main runs a worker process of one of jobs, configured from os.Args, the
+// Main runs a worker process of one of jobs, or without jobs of one of the
+// jobs that registered themselves (stream.Register), configured from os.Args, the
 // WEIR_ environment and an optional settings file (--config), and exits:
 // 0 after a drain (the first SIGTERM or SIGINT: every task stops reading,
 // takes a final checkpoint and commits it, then the worker leaves the
 // group; a second signal stops at once), 2 for a bad setting (the message
 // names it), 1 if the job failed. It is a complete worker main:
 //
-//	func main() { worker.Main(worker.Pipeline("count", count.Decode, count.Encode, count.Build)) }
+//	import _ "example.com/jobs/orders" // registers the job "orders"
+//
+//	func main() { worker.Main() }
 func Main(jobs ...Job) {
 	TuneGC()
 	ctx, drain, stop := Signals()
+	if len(jobs) == 0 {
+		jobs = Registered()
+	}
 	code := Command(ctx, drain, os.Args[1:], os.LookupEnv, os.Stderr, jobs...)
 	stop()
 	os.Exit(code)

@@ -318,7 +318,7 @@ func TestWorkerOverSASLSSL(t *testing.T) {
 	cfg.Checkpoints, cfg.StateBackend, cfg.StateDir = "file://"+t.TempDir(), stateBackendMemory, t.TempDir()
 	cfg.Interval, cfg.HTTPAddr, cfg.LogLevel = 200*time.Millisecond, "127.0.0.1:0", "debug"
 	cfg.SessionTimeout, cfg.HeartbeatInterval = 6*time.Second, 200*time.Millisecond
-	jobs := []Job{Pipeline("count", count.Decode, count.Encode, count.Build)}
+	jobs := []Job{NewJob("count", count.Build)}
 	output := newOutputCounter(t, cfg.Brokers, out, opts)
 	logs := &syncBuffer{}
 	var pages bytes.Buffer

@@ -49,7 +49,7 @@ func TestCleanPassDeletesTheStateOfTasksThatLeft(t *testing.T) {
 		}
 	}
 	job := stream.NewJob("count")
-	count.Build(job, stream.GeneratorSource(0, func(int, int64) count.In { return count.In{} }), stream.DiscardSink[count.Out]())
+	stream.Sink(count.Counts(stream.Source(job, count.SourceName, stream.GeneratorSource(0, func(int, int64) count.In { return count.In{} }))), count.SinkName, stream.DiscardSink[count.Out]())
 	plan, err := job.Build()
 	if err != nil {
 		t.Fatal(err)

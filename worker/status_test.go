@@ -57,7 +57,7 @@ func startCountWorkers(t *testing.T, n int, partitions int32, records int) *coun
 	cfg.SessionTimeout, cfg.HeartbeatInterval = 6*time.Second, 200*time.Millisecond
 	cfg.RebalanceTimeout, cfg.HandoffTimeout = 20*time.Second, 10*time.Second
 	cfg.HTTPAddr = "127.0.0.1:0"
-	jobs := []Job{Pipeline("count", count.Decode, count.Encode, count.Build)}
+	jobs := []Job{NewJob("count", count.Build)}
 
 	logs := &syncBuffer{} // shown if the test fails
 	t.Cleanup(func() {

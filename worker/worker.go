@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -102,11 +103,13 @@ type worker struct {
 	stats   *Stats
 	storage checkpoint.Storage
 	plan    *runtime.Plan
-	parts   int
-	metrics *metrics
-	runner  *runtime.Runner
-	group   *membership // nil with static tasks
-	started time.Time
+	// inputs and outputs are the job's Kafka topics.
+	inputs, outputs []string
+	parts           int
+	metrics         *metrics
+	runner          *runtime.Runner
+	group           *membership // nil with static tasks
+	started         time.Time
 	// kgoMetrics are the kgo client metrics of the group and the sources.
 	kgoMetrics *kpromSet
 	// kafka are the options every Kafka client of the worker starts with
@@ -149,24 +152,43 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	}
 	w.kafka = kafka
 
+	// The job's graph, with the topics it reads, writes and moves keys
+	// through.
+	w.kgoMetrics = newKpromSet()
+	plan, e, err := buildPlan(c, jobs, w.stats, w.kgoMetrics, w.kafka)
+	if err != nil {
+		return cli.UsageError{Err: err}
+	}
+	w.plan, w.inputs, w.outputs = plan, e.Inputs, e.Outputs
+	internal := e.Internal
+	if c.DeadLetter != "" && (slices.Contains(e.Inputs, c.DeadLetter) || slices.Contains(e.Outputs, c.DeadLetter)) {
+		return cli.UsageError{Err: fmt.Errorf("--dead-letter: %q is also an input or output topic of the job", c.DeadLetter)}
+	}
+
 	// A topic created just before the worker starts may not be in the
 	// brokers' metadata yet. This is the worker's first request to Kafka,
-	// so a setting that keeps it from connecting shows here.
-	parts, err := source.PartitionCountWait(ctx, c.Brokers, []string{c.Input}, 10*time.Second, w.kafka...)
+	// so a setting that keeps it from connecting shows here. The inputs
+	// must have one partition count: task p reads partition p of each.
+	inputs := strings.Join(e.Inputs, ", ")
+	parts, err := source.PartitionCountWait(ctx, c.Brokers, e.Inputs, 10*time.Second, w.kafka...)
 	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return cli.UsageError{Err: fmt.Errorf("--input: %w", err)}
+		setting := "--topic" // or the job's own names
+		if c.Input != "" {
+			setting = "--input"
+		}
+		return cli.UsageError{Err: fmt.Errorf("%s: %w", setting, err)}
 	}
 	var bad cli.UsageError
 	if errors.As(c.Security.ExplainKafkaErr(err), &bad) {
 		return cli.UsageError{Err: fmt.Errorf("connect to --brokers %s: %w", strings.Join(c.Brokers, ","), bad.Err)}
 	}
 	if err != nil {
-		return fmt.Errorf("--input %s: %w", c.Input, err)
+		return fmt.Errorf("input %s: %w", inputs, err)
 	}
 	w.parts = parts
 	for _, t := range c.Tasks {
 		if t >= parts {
-			return cli.UsageError{Err: fmt.Errorf("--tasks: task %d has no partition: input %s has %d partitions (0..%d)", t, c.Input, parts, parts-1)}
+			return cli.UsageError{Err: fmt.Errorf("--tasks: task %d has no partition: input %s has %d partitions (0..%d)", t, inputs, parts, parts-1)}
 		}
 	}
 
@@ -177,11 +199,6 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	w.kgoMetrics = newKpromSet()
-	var internal []string
-	if w.plan, internal, err = buildPlan(c, jobs, w.stats, w.kgoMetrics, w.kafka); err != nil {
-		return cli.UsageError{Err: err}
-	}
 	badRecs, closeBad, err := newBadRecords(c, internal, w.kafka)
 	if err != nil {
 		return err
@@ -241,7 +258,7 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	// the job's checkpoints were not taken under. A worker that finds it
 	// changed stays up, not ready, until it is stopped: the same state
 	// as when it finds the change while it runs.
-	if w.layout, err = newLayoutGuard(c, w.storage, internal, w.kafka, log); err != nil {
+	if w.layout, err = newLayoutGuard(c, w.storage, e.Inputs, internal, w.kafka, log); err != nil {
 		return err
 	}
 	defer w.layout.close()
@@ -304,7 +321,7 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	watched := make(chan struct{})
 	go func() { defer close(watched); w.watchLayout(runCtx) }()
 	defer func() { cancel(); <-watched }()
-	log.Info("starting", "job", c.Job, "name", c.name(), "input", c.Input, "output", c.Output,
+	log.Info("starting", "job", c.Job, "name", c.name(), "inputs", e.Inputs, "outputs", e.Outputs, "internal", internal,
 		"assignment", mode, "tasks", c.Tasks, "partitions", w.parts, "checkpoints", c.Checkpoints, "state_backend", c.StateBackend,
 		"delivery", c.delivery(), "partitioner", c.partitioner(), "kafka_security", c.Security.Describe())
 

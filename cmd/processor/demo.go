@@ -185,7 +185,7 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
-	demoJobs := []worker.Job{worker.Pipeline(demoJob, balance.Decode, balance.Encode, balance.Build)}
+	demoJobs := []worker.Job{worker.NewJob(demoJob, balance.Build)}
 	obs := &demoObserver{p: p, tasks: c.Partitions, total: c.Records, done: map[int]bool{}, pos: map[int]int64{}, pending: map[checkpoint.ID][]demoCheckpoint{}}
 	st := &worker.Stats{}
 	start := func() (context.CancelFunc, <-chan error) {

@@ -25,10 +25,6 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/weirstream/weir/examples/balance"
-	"github.com/weirstream/weir/examples/count"
-	"github.com/weirstream/weir/examples/nexmark"
-	"github.com/weirstream/weir/examples/wordcount"
 	"github.com/weirstream/weir/worker"
 )
 
@@ -113,12 +109,9 @@ func runDrainable(ctx context.Context, drain <-chan struct{}, args []string, loo
 	return worker.ExitCode(err, stderr)
 }
 
-// jobs are the example jobs the processor runs (--job).
-var jobs = append([]worker.Job{
-	worker.Pipeline("count", count.Decode, count.Encode, count.Build),
-	worker.Pipeline("balance", balance.Decode, balance.Encode, balance.Build),
-	wordcount.Job(),
-}, nexmark.Jobs()...)
+// jobs are the jobs the processor runs (--job): those that registered
+// themselves (see jobs.go).
+var jobs = worker.Registered()
 
 func runCommand(ctx context.Context, drain <-chan struct{}, args []string, lookup func(string) (string, bool), stderr io.Writer) error {
 	cfg, err := worker.Parse(args, lookup, stderr)

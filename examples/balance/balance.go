@@ -19,7 +19,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
 )
@@ -48,12 +47,25 @@ const (
 	SinkName    = "balances"
 )
 
-// Build adds the balance graph to job: src -> KeyBy(account) -> balance -> out.
-func Build(job *stream.Job, src runtime.SourceFactory[Transfer], out runtime.SinkOpener[Balance]) {
-	transfers := stream.Source(job, SourceName, src)
-	byAccount := stream.KeyBy(transfers, KeyByName, func(t Transfer) string { return t.Account }, state.String())
-	balances := stream.Process(byAccount, ProcessName, newProcessor)
-	stream.Sink(balances, SinkName, out)
+// Topics the job reads and writes, by default (--input and --output point
+// them elsewhere).
+const (
+	InputTopic  = "transfers"
+	OutputTopic = "balances"
+)
+
+func init() { stream.Register("balance", Build) }
+
+// Build is the balance job: InputTopic -> Balances -> OutputTopic.
+func Build(job *stream.Job) {
+	stream.Write(Balances(stream.Read(job, SourceName, InputTopic, Decode)), SinkName, OutputTopic, Encode)
+}
+
+// Balances is the balance graph: transfers keyed by account (the record
+// key: no move) -> balance.
+func Balances(transfers stream.Stream[Transfer]) stream.Stream[Balance] {
+	byAccount := stream.KeyByPartitioned(transfers, KeyByName, func(t Transfer) string { return t.Account }, state.String())
+	return stream.Process(byAccount, ProcessName, newProcessor)
 }
 
 // newProcessor declares the keyed state (one int64 per account) once per

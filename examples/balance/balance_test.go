@@ -109,7 +109,7 @@ func TestJob(t *testing.T) {
 	}
 	out := &collect{}
 	job := stream.NewJob("balance-test")
-	balance.Build(job, stream.SliceSource(parts), out.factory())
+	stream.Sink(balance.Balances(stream.Source(job, balance.SourceName, stream.SliceSource(parts))), balance.SinkName, out.factory())
 	plan, err := job.Build()
 	if err != nil {
 		t.Fatal(err)

@@ -14,7 +14,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
 )
@@ -75,15 +74,34 @@ func Encode(o Out) (*kgo.Record, error) {
 	return &kgo.Record{Key: []byte(o.User), Value: v}, nil
 }
 
-// Build adds the graph: clicks, with watermarks from their times -> keyed
-// by user -> counted in tumbling minutes -> out; late clicks -> out.
-func Build(job *stream.Job, src runtime.SourceFactory[Click], out runtime.SinkOpener[Out]) {
-	clicks := stream.SourceWithWatermarks(job, SourceName, src, stream.Watermarks[Click]{
-		OutOfOrderness: OutOfOrderness,
-		Idleness:       Idleness,
-		Timestamp:      func(c Click, _ stream.Position) time.Time { return c.At },
-	})
-	perUser := stream.KeyBy(clicks, KeyByName, func(c Click) string { return c.User }, state.String())
+// Topics the job reads and writes, by default (--input and --output point
+// them elsewhere).
+const (
+	InputTopic  = "clicks"
+	OutputTopic = "clicks-per-minute"
+)
+
+// EventTime is the clicks' event time: their times, OutOfOrderness late
+// at most.
+var EventTime = stream.Watermarks[Click]{
+	OutOfOrderness: OutOfOrderness,
+	Idleness:       Idleness,
+	Timestamp:      func(c Click, _ stream.Position) time.Time { return c.At },
+}
+
+func init() { stream.Register("clicks", Build) }
+
+// Build is the clicks job: InputTopic, with event time -> PerMinute ->
+// OutputTopic.
+func Build(job *stream.Job) {
+	clicks := stream.ReadWithWatermarks(job, SourceName, InputTopic, Decode, EventTime)
+	stream.Write(PerMinute(clicks), SinkName, OutputTopic, Encode)
+}
+
+// PerMinute is the graph: clicks keyed by user (the record key: no move)
+// -> counted in tumbling minutes; late clicks -> out as they come.
+func PerMinute(clicks stream.Stream[Click]) stream.Stream[Out] {
+	perUser := stream.KeyByPartitioned(clicks, KeyByName, func(c Click) string { return c.User }, state.String())
 	minutes := stream.Aggregate(perUser, WindowName, stream.Tumbling(time.Minute),
 		stream.WindowOptions{AllowedLateness: AllowedLateness}, state.Int64(),
 		func(n int64, _ Click) int64 { return n + 1 },
@@ -92,5 +110,5 @@ func Build(job *stream.Job, src runtime.SourceFactory[Click], out runtime.SinkOp
 			return Out{User: user, Minute: w.Start.UTC(), Clicks: n}, nil
 		})
 	late := stream.Map(minutes.Late, LateName, func(c Click) (Out, error) { return Out{User: c.User, Late: &c}, nil })
-	stream.Sink(stream.Union("results", minutes.Results, late), SinkName, out)
+	return stream.Union("results", minutes.Results, late)
 }

@@ -82,7 +82,8 @@ func TestClicksPerMinute(t *testing.T) {
 	}
 	s := &sink{}
 	job := stream.NewJob("clicks")
-	clicks.Build(job, stream.SliceSource([][]clicks.Click{input}), runtime.SinkFactory[clicks.Out](func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[clicks.Out], error) {
+	in := stream.SourceWithWatermarks(job, clicks.SourceName, stream.SliceSource([][]clicks.Click{input}), clicks.EventTime)
+	stream.Sink(clicks.PerMinute(in), clicks.SinkName, runtime.SinkFactory[clicks.Out](func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[clicks.Out], error) {
 		return writer{s}, nil
 	}))
 	plan, err := job.Build()

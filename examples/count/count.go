@@ -8,7 +8,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
 )
@@ -87,14 +86,27 @@ func plainKey(k string) bool {
 	return true
 }
 
-// Build adds the count graph to job: src -> KeyBy(record key) -> count ->
-// out. Keying by the Kafka record key keeps every key in the task of its
-// partition: no repartition.
-func Build(job *stream.Job, src runtime.SourceFactory[In], out runtime.SinkOpener[Out]) {
-	in := stream.Source(job, SourceName, src)
-	keyed := stream.KeyBy(in, KeyByName, func(r In) string { return r.Key }, state.String())
-	counts := stream.Process(keyed, ProcessName, newProcessor)
-	stream.Sink(counts, SinkName, out)
+// Topics the job reads and writes, by default (--input and --output, or
+// --topic input=... and --topic output=..., point them elsewhere).
+const (
+	InputTopic  = "count-input"
+	OutputTopic = "count-output"
+)
+
+func init() { stream.Register("count", Build) }
+
+// Build is the count job: InputTopic -> Counts -> OutputTopic.
+func Build(job *stream.Job) {
+	in := stream.Read(job, SourceName, InputTopic, Decode)
+	stream.Write(Counts(in), SinkName, OutputTopic, Encode)
+}
+
+// Counts is the count graph: in -> keyed by the record key -> count.
+// Keying by the Kafka record key keeps every key in the task of its
+// partition: no repartition (and the worker checks every record's key).
+func Counts(in stream.Stream[In]) stream.Stream[Out] {
+	keyed := stream.KeyByPartitioned(in, KeyByName, func(r In) string { return r.Key }, state.String())
+	return stream.Process(keyed, ProcessName, newProcessor)
 }
 
 // newProcessor declares the keyed state (a count and a sum per key) once per

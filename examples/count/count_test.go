@@ -118,7 +118,7 @@ func TestBuild(t *testing.T) {
 	}
 	out := &collect{}
 	job := stream.NewJob("count-test")
-	count.Build(job, stream.SliceSource(parts), out.factory())
+	stream.Sink(count.Counts(stream.Source(job, count.SourceName, stream.SliceSource(parts))), count.SinkName, out.factory())
 	plan, err := job.Build()
 	if err != nil {
 		t.Fatal(err)

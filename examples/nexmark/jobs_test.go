@@ -15,7 +15,6 @@ import (
 
 	"github.com/weirstream/weir/examples/nexmark"
 	"github.com/weirstream/weir/internal/testcluster"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/worker"
 )
@@ -114,7 +113,7 @@ func TestWorkerJobs(t *testing.T) {
 			runCtx, stop := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() {
-				done <- worker.Run(runCtx, cfg, nexmark.Jobs(), worker.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+				done <- worker.Run(runCtx, cfg, worker.Registered(), worker.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			}()
 			vals := readUntil(ctx, t, c, output, tc.want, done)
 			stop()
@@ -196,7 +195,7 @@ func readUntil(ctx context.Context, t *testing.T, c *testcluster.Cluster, topic 
 }
 
 // queryResults is what the query's graph writes, run with runtime.Run.
-func queryResults[T any](t *testing.T, build func(*stream.Job, runtime.SourceFactory[nexmark.Event], runtime.SinkOpener[T])) []T {
+func queryResults[T any](t *testing.T, query func(stream.Stream[nexmark.Event]) stream.Stream[T]) []T {
 	t.Helper()
-	return run(t, false, build)
+	return run(t, false, query)
 }

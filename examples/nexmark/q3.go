@@ -3,7 +3,6 @@ package nexmark
 import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
 )
@@ -32,24 +31,10 @@ func Q3State(s string) bool { return s == "OR" || s == "ID" || s == "CA" }
 // which they come does not matter (an auction may come before its seller:
 // the generator draws sellers up to 10 persons ahead).
 //
-// Run with runtime.Run, the graph is correct with one task (persons and
-// auctions are keyed by their own ids, not by seller); the worker job
-// (Jobs) repartitions the auctions by seller.
-func Q3(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q3Out]) {
-	buildQ3(job, src, out, local[q3Auction])
-}
-
-// q3Person is what q3 keeps of a person.
-type q3Person struct {
-	ID                int64
-	Name, City, State string
-}
-
-// q3Auction is what q3 keeps of an auction.
-type q3Auction struct{ ID, Seller int64 }
-
-func buildQ3(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q3Out], rk rekey[q3Auction]) {
-	ev := events(job, src)
+// Persons are keyed by their ids in the input and stay in their tasks;
+// auctions are keyed by their own ids, and move to the task of their
+// seller (KeyBy).
+func Q3(ev stream.Stream[Event]) stream.Stream[Q3Out] {
 	// Every person, not only q3's: knowing a seller is not in OR, ID or
 	// CA lets the join drop their auctions instead of keeping them.
 	persons := stream.FlatMap(ev, "q3-persons", func(e Event, out *stream.Emitter[q3Person]) error {
@@ -64,11 +49,19 @@ func buildQ3(job *stream.Job, src runtime.SourceFactory[Event], out runtime.Sink
 		}
 		return out.Emit(q3Auction{ID: e.Auction.ID, Seller: e.Auction.Seller})
 	})
-	bySeller := rk(auctions, "q3-by-seller", func(a q3Auction) int64 { return a.Seller }, q3AuctionCodec{})
-	byID := stream.KeyBy(persons, "q3-person-id", func(p q3Person) int64 { return p.ID }, idCodec{})
-	joined := stream.CoProcess(byID, bySeller, "q3-join", newQ3Join)
-	stream.Sink(joined, "output", out)
+	bySeller := stream.KeyBy(auctions, "q3-by-seller", func(a q3Auction) int64 { return a.Seller }, idCodec{}, q3AuctionCodec{})
+	byID := stream.KeyByPartitioned(persons, "q3-person-id", func(p q3Person) int64 { return p.ID }, idCodec{})
+	return stream.CoProcess(byID, bySeller, "q3-join", newQ3Join)
 }
+
+// q3Person is what q3 keeps of a person.
+type q3Person struct {
+	ID                int64
+	Name, City, State string
+}
+
+// q3Auction is what q3 keeps of an auction.
+type q3Auction struct{ ID, Seller int64 }
 
 // newQ3Join keeps, per person id, the person once seen, and until then the
 // ids of the auctions waiting for them. A person comes once: after that an

@@ -5,7 +5,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
 )
@@ -31,18 +30,6 @@ type Q5Out struct {
 // EncodeQ5 writes a result of q5, keyed by its auction.
 func EncodeQ5(o Q5Out) (*kgo.Record, error) { return encodeJSON(o.Auction, o) }
 
-// Q5 is hot items: in sliding windows of 10 s every 2 s, the auctions with
-// the most bids. The first stage counts each auction's bids per window
-// (bids are keyed by their auction); the second, keyed by window, takes
-// the most.
-//
-// Run with runtime.Run, the graph is correct with one task (the second
-// stage must see every count of a window); the worker job (Jobs)
-// repartitions the counts by window.
-func Q5(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q5Out]) {
-	buildQ5(job, src, out, local[bidCount])
-}
-
 // bidCount is an auction's count of bids in the window that ends at End
 // (Unix ms).
 type bidCount struct{ Auction, Count, End int64 }
@@ -52,11 +39,18 @@ func (c bidCount) out(late bool) Q5Out {
 	return Q5Out{Auction: c.Auction, Num: c.Count, Start: end.Add(-Q5Size), End: end, Late: late}
 }
 
-func buildQ5(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q5Out], rk rekey[bidCount]) {
+// Q5 is hot items: in sliding windows of 10 s every 2 s, the auctions with
+// the most bids. The first stage counts each auction's bids per window
+// (bids are keyed by their auction); the second, keyed by window, takes
+// the most.
+//
+// The second stage must see every count of a window: the counts move to
+// the task of their window (KeyBy), with their event time.
+func Q5(ev stream.Stream[Event]) stream.Stream[Q5Out] {
 	// Bids are keyed by their auction in the input, as decimal text:
 	// idCodec makes the state key those bytes, so that the worker's check
-	// of the KeyBy hashes what the producer hashed.
-	byAuction := stream.KeyBy(bids(events(job, src), "q5-bids"), "q5-auction", func(b Bid) int64 { return b.Auction }, idCodec{})
+	// of the keying hashes what the producer hashed: no move.
+	byAuction := stream.KeyByPartitioned(bids(ev, "q5-bids"), "q5-auction", func(b Bid) int64 { return b.Auction }, idCodec{})
 	counts := stream.Aggregate(byAuction, "q5-count", stream.Sliding(Q5Size, Q5Slide), stream.WindowOptions{}, state.Int64(),
 		func(n int64, _ Bid) int64 { return n + 1 },
 		func(a, b int64) int64 { return a + b },
@@ -65,7 +59,7 @@ func buildQ5(job *stream.Job, src runtime.SourceFactory[Event], out runtime.Sink
 		})
 	// A window's counts carry its event time, End-1: in a window of the
 	// slide, [End-slide, End), one per key.
-	byWindow := rk(counts.Results, "q5-by-window", func(c bidCount) int64 { return c.End }, bidCountCodec{})
+	byWindow := stream.KeyBy(counts.Results, "q5-by-window", func(c bidCount) int64 { return c.End }, idCodec{}, bidCountCodec{})
 	hottest := stream.Apply(byWindow, "q5-hottest", stream.Tumbling(Q5Slide), stream.WindowOptions{}, state.Codec[bidCount](bidCountCodec{}),
 		func(_ int64, _ stream.Window, counts []bidCount, out *stream.Emitter[Q5Out]) error {
 			var most int64
@@ -82,7 +76,7 @@ func buildQ5(job *stream.Job, src runtime.SourceFactory[Event], out runtime.Sink
 			return nil
 		})
 	late := stream.Map(hottest.Late, "q5-late", func(c bidCount) (Q5Out, error) { return c.out(true), nil })
-	stream.Sink(stream.Union("q5-results", hottest.Results, late), "output", out)
+	return stream.Union("q5-results", hottest.Results, late)
 }
 
 type bidCountCodec struct{}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
 )
@@ -31,16 +30,6 @@ type Q7Out struct {
 
 // EncodeQ7 writes a result of q7, keyed by its auction.
 func EncodeQ7(o Q7Out) (*kgo.Record, error) { return encodeJSON(o.Auction, o) }
-
-// Q7 is the highest bid: in tumbling windows of 10 s, the bids with the
-// highest price. Each task first takes the highest of its own bids per
-// window; a second stage, keyed by window, the highest of those.
-//
-// Run with runtime.Run, the graph is correct with one task; the worker job
-// (Jobs) repartitions the tasks' highest bids by window.
-func Q7(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q7Out]) {
-	buildQ7(job, src, out, local[topBids])
-}
 
 // topBids are the bids at the highest price seen, of the window that ends
 // at End (Unix ms).
@@ -77,17 +66,23 @@ func (t topBids) emit(late bool, out *stream.Emitter[Q7Out]) error {
 	return nil
 }
 
-func buildQ7(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q7Out], rk rekey[topBids]) {
+// Q7 is the highest bid: in tumbling windows of 10 s, the bids with the
+// highest price. Each task first takes the highest of its own bids per
+// window; a second stage, keyed by window, the highest of those.
+//
+// The tasks' highest bids move to the task of their window (KeyBy), with
+// their event time.
+func Q7(ev stream.Stream[Event]) stream.Stream[Q7Out] {
 	// One key per task: the first stage is each task's own, partial on
 	// purpose (a pre-aggregation before the repartition by window).
-	perTask := stream.LocalKeyBy(bids(events(job, src), "q7-bids"), "q7-task", func(Bid) int64 { return 0 }, state.Int64())
+	perTask := stream.LocalKeyBy(bids(ev, "q7-bids"), "q7-task", func(Bid) int64 { return 0 }, state.Int64())
 	partial := stream.Aggregate(perTask, "q7-task-max", stream.Tumbling(Q7Window), stream.WindowOptions{}, state.Codec[topBids](topBidsCodec{}),
 		topBids.add, topBids.merge,
 		func(_ int64, w stream.Window, t topBids) (topBids, error) {
 			t.End = w.End.UnixMilli()
 			return t, nil
 		})
-	byWindow := rk(partial.Results, "q7-by-window", func(t topBids) int64 { return t.End }, topBidsCodec{})
+	byWindow := stream.KeyBy(partial.Results, "q7-by-window", func(t topBids) int64 { return t.End }, idCodec{}, topBidsCodec{})
 	highest := stream.Apply(byWindow, "q7-max", stream.Tumbling(Q7Window), stream.WindowOptions{}, state.Codec[topBids](topBidsCodec{}),
 		func(end int64, _ stream.Window, parts []topBids, out *stream.Emitter[Q7Out]) error {
 			all := topBids{End: end}
@@ -97,7 +92,7 @@ func buildQ7(job *stream.Job, src runtime.SourceFactory[Event], out runtime.Sink
 			return all.emit(false, out)
 		})
 	late := stream.FlatMap(highest.Late, "q7-late", func(t topBids, out *stream.Emitter[Q7Out]) error { return t.emit(true, out) })
-	stream.Sink(stream.Union("q7-results", highest.Results, late), "output", out)
+	return stream.Union("q7-results", highest.Results, late)
 }
 
 type topBidsCodec struct{}

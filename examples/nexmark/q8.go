@@ -5,7 +5,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
 )
@@ -25,18 +24,6 @@ type Q8Out struct {
 // EncodeQ8 writes a result of q8, keyed by the person's id.
 func EncodeQ8(o Q8Out) (*kgo.Record, error) { return encodeJSON(o.ID, o) }
 
-// Q8 is monitor new users: the persons who put up an auction in the 10 s
-// tumbling window in which they joined, by a window join of persons and
-// auctions on person id = seller. The join makes a pair per auction; as
-// Flink's query (which groups auctions by seller and window first), q8
-// writes a person once per window.
-//
-// Run with runtime.Run, the graph is correct with one task; the worker job
-// (Jobs) repartitions the auctions by seller.
-func Q8(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q8Out]) {
-	buildQ8(job, src, out, local[q8Auction])
-}
-
 // q8Person and q8Auction are what q8 keeps of persons and auctions.
 type (
 	q8Person struct {
@@ -46,8 +33,15 @@ type (
 	q8Auction struct{ Seller int64 }
 )
 
-func buildQ8(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q8Out], rk rekey[q8Auction]) {
-	ev := events(job, src)
+// Q8 is monitor new users: the persons who put up an auction in the 10 s
+// tumbling window in which they joined, by a window join of persons and
+// auctions on person id = seller. The join makes a pair per auction; as
+// Flink's query (which groups auctions by seller and window first), q8
+// writes a person once per window.
+//
+// Persons are keyed by their ids in the input and stay in their tasks;
+// auctions move to the task of their seller (KeyBy).
+func Q8(ev stream.Stream[Event]) stream.Stream[Q8Out] {
 	persons := stream.FlatMap(ev, "q8-persons", func(e Event, out *stream.Emitter[q8Person]) error {
 		if e.Person == nil {
 			return nil
@@ -60,8 +54,8 @@ func buildQ8(job *stream.Job, src runtime.SourceFactory[Event], out runtime.Sink
 		}
 		return out.Emit(q8Auction{Seller: e.Auction.Seller})
 	})
-	bySeller := rk(auctions, "q8-by-seller", func(a q8Auction) int64 { return a.Seller }, q8AuctionCodec{})
-	byID := stream.KeyBy(persons, "q8-person-id", func(p q8Person) int64 { return p.ID }, idCodec{})
+	bySeller := stream.KeyBy(auctions, "q8-by-seller", func(a q8Auction) int64 { return a.Seller }, idCodec{}, q8AuctionCodec{})
+	byID := stream.KeyByPartitioned(persons, "q8-person-id", func(p q8Person) int64 { return p.ID }, idCodec{})
 	pairs := stream.WindowJoin(byID, bySeller, "q8-join", stream.Tumbling(Q8Window), state.Codec[q8Person](q8PersonCodec{}), state.Codec[q8Auction](q8AuctionCodec{}),
 		func(_ int64, w stream.Window, p q8Person, _ q8Auction) (Q8Out, error) {
 			return Q8Out{ID: p.ID, Name: p.Name, Start: w.Start.UTC(), End: w.End.UTC()}, nil
@@ -69,8 +63,8 @@ func buildQ8(job *stream.Job, src runtime.SourceFactory[Event], out runtime.Sink
 	// The join's pairs are in the task of their person (both sides are
 	// keyed by the person's id as the input keys persons): the same key,
 	// encoded the same way, keeps them there for the worker's check.
-	byPerson := stream.KeyBy(pairs, "q8-pair-person", func(o Q8Out) int64 { return o.ID }, idCodec{})
-	stream.Sink(stream.Process(byPerson, "q8-distinct", newQ8Distinct), "output", out)
+	byPerson := stream.KeyByPartitioned(pairs, "q8-pair-person", func(o Q8Out) int64 { return o.ID }, idCodec{})
+	return stream.Process(byPerson, "q8-distinct", newQ8Distinct)
 }
 
 // newQ8Distinct passes the first of a person's pairs of a window. The join

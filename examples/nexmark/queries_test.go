@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,9 +16,11 @@ import (
 	"github.com/weirstream/weir/examples/nexmark"
 	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/worker"
 )
 
-// The queries run with runtime.Run, one task and the memory backend, over
+// The queries' graphs run with runtime.Run, over slices (so in one task:
+// KeyBy moves nothing without Kafka), with the memory backend, over
 // 20,000 generated events (200 s of event time), and their results are
 // compared with references computed here from the same events. Each runs
 // twice: straight through, and failing once after a checkpoint, so that
@@ -165,9 +168,9 @@ func (r *failingReader) Poll(ctx context.Context, b *runtime.Batch[nexmark.Event
 	return errInjected
 }
 
-// run runs a query's graph over the dataset; with restore, its task fails
-// once half way and restores.
-func run[T any](t *testing.T, restore bool, build func(*stream.Job, runtime.SourceFactory[nexmark.Event], runtime.SinkOpener[T])) []T {
+// run runs a query's graph over the dataset, with the events' event time;
+// with restore, its task fails once half way and restores.
+func run[T any](t *testing.T, restore bool, query func(stream.Stream[nexmark.Event]) stream.Stream[T]) []T {
 	t.Helper()
 	out := &committed[T]{}
 	src := stream.SliceSource([][]nexmark.Event{dataset()})
@@ -181,7 +184,7 @@ func run[T any](t *testing.T, restore bool, build func(*stream.Job, runtime.Sour
 		cfg.Observer = f
 	}
 	job := stream.NewJob("nexmark")
-	build(job, src, out)
+	stream.Sink(query(stream.SourceWithWatermarks(job, "events", src, nexmark.EventTime)), "output", out)
 	plan, err := job.Build()
 	if err != nil {
 		t.Fatal(err)
@@ -400,13 +403,15 @@ func TestQ8(t *testing.T) {
 	})
 }
 
-// TestJobs: the worker jobs are there under their names, for `processor
-// run --job`. Building them needs a worker's Kafka wiring: they run in the
-// integration tests.
+// TestJobs: the jobs registered themselves under their names, for
+// `processor run --job`. Building them needs a worker's Kafka: they run in
+// TestWorkerJobs and the integration tests.
 func TestJobs(t *testing.T) {
 	var names []string
-	for _, j := range nexmark.Jobs() {
-		names = append(names, j.Name())
+	for _, j := range worker.Registered() {
+		if strings.HasPrefix(j.Name(), "nexmark-") {
+			names = append(names, j.Name())
+		}
 	}
 	want := []string{"nexmark-q0", "nexmark-q1", "nexmark-q2", "nexmark-q3", "nexmark-q5", "nexmark-q7", "nexmark-q8"}
 	if !slices.Equal(names, want) {

@@ -4,10 +4,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/weirstream/weir/runtime"
-	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
-	"github.com/weirstream/weir/worker"
 )
 
 // Event time settings of the queries.
@@ -21,14 +18,14 @@ const (
 	Idleness = time.Minute
 )
 
-// events adds the source of the Nexmark stream, its event time from each
-// event's time.
-func events(job *stream.Job, src runtime.SourceFactory[Event]) stream.Stream[Event] {
-	return stream.SourceWithWatermarks(job, "events", src, stream.Watermarks[Event]{
-		OutOfOrderness: OutOfOrderness,
-		Idleness:       Idleness,
-		Timestamp:      func(e Event, _ stream.Position) time.Time { return e.Time() },
-	})
+// EventTime is the event time of the Nexmark stream: each event's time,
+// with watermarks OutOfOrderness behind the newest. A source of events
+// declares it (stream.ReadWithWatermarks, stream.SourceWithWatermarks) for
+// the queries' windows to fire.
+var EventTime = stream.Watermarks[Event]{
+	OutOfOrderness: OutOfOrderness,
+	Idleness:       Idleness,
+	Timestamp:      func(e Event, _ stream.Position) time.Time { return e.Time() },
 }
 
 // bids is the bids of the stream.
@@ -39,23 +36,6 @@ func bids(ev stream.Stream[Event], name string) stream.Stream[Bid] {
 		}
 		return out.Emit(*e.Bid)
 	})
-}
-
-// rekey keys s by key, moving its records to the task that owns the key.
-// op names the move; event time goes on across it.
-type rekey[T any] func(s stream.Stream[T], op string, key func(T) int64, codec state.Codec[T]) stream.KeyedStream[int64, T]
-
-// local is the rekey of a graph run by runtime.Run with one task: every
-// key is that task's already, and watermarks flow on.
-func local[T any](s stream.Stream[T], op string, key func(T) int64, _ state.Codec[T]) stream.KeyedStream[int64, T] {
-	return stream.KeyBy(s, op, key, idCodec{})
-}
-
-// repartition is the rekey of a worker job: through an internal topic.
-func repartition[T any](w *worker.Wiring, job *stream.Job) rekey[T] {
-	return func(s stream.Stream[T], op string, key func(T) int64, codec state.Codec[T]) stream.KeyedStream[int64, T] {
-		return worker.Repartition(w, job, s, op, key, idCodec{}, codec)
-	}
 }
 
 // idCodec encodes an id as decimal text, as Encode keys the input's
@@ -69,31 +49,30 @@ func (idCodec) Append(b []byte, id int64) []byte { return strconv.AppendInt(b, i
 
 func (idCodec) Decode(b []byte) (int64, error) { return strconv.ParseInt(string(b), 10, 64) }
 
-// Jobs are the queries as jobs for `processor run`: nexmark-q0, -q1, -q2,
-// -q3, -q5, -q7 and -q8. Each reads the events from --input (records as
-// Encode makes them, partitioned by key with Kafka's default partitioner)
-// and writes its results to --output; q3, q5, q7 and q8 repartition
-// through internal topics.
-func Jobs() []worker.Job {
-	return []worker.Job{
-		worker.Pipeline("nexmark-q0", Decode, EncodeBid, Q0),
-		worker.Pipeline("nexmark-q1", Decode, EncodeBid, Q1),
-		worker.Pipeline("nexmark-q2", Decode, EncodeQ2, Q2),
-		worker.NewJob("nexmark-q3", func(w *worker.Wiring, job *stream.Job) error {
-			buildQ3(job, worker.Source(w, Decode), worker.Sink(w, EncodeQ3), repartition[q3Auction](w, job))
-			return nil
-		}),
-		worker.NewJob("nexmark-q5", func(w *worker.Wiring, job *stream.Job) error {
-			buildQ5(job, worker.Source(w, Decode), worker.Sink(w, EncodeQ5), repartition[bidCount](w, job))
-			return nil
-		}),
-		worker.NewJob("nexmark-q7", func(w *worker.Wiring, job *stream.Job) error {
-			buildQ7(job, worker.Source(w, Decode), worker.Sink(w, EncodeQ7), repartition[topBids](w, job))
-			return nil
-		}),
-		worker.NewJob("nexmark-q8", func(w *worker.Wiring, job *stream.Job) error {
-			buildQ8(job, worker.Source(w, Decode), worker.Sink(w, EncodeQ8), repartition[q8Auction](w, job))
-			return nil
-		}),
-	}
+// EventsTopic is the topic the jobs read by default (--input points them
+// elsewhere). Job nexmark-<q> writes "nexmark-<q>-out" (--output).
+const EventsTopic = "nexmark-events"
+
+// The queries as jobs for `processor run`: nexmark-q0, -q1, -q2, -q3, -q5,
+// -q7 and -q8. Each reads the events (records as Encode makes them,
+// partitioned by key with Kafka's default partitioner) and writes its
+// results; q3, q5, q7 and q8 repartition through internal topics.
+func init() {
+	register("q0", Q0, EncodeBid)
+	register("q1", Q1, EncodeBid)
+	register("q2", Q2, EncodeQ2)
+	register("q3", Q3, EncodeQ3)
+	register("q5", Q5, EncodeQ5)
+	register("q7", Q7, EncodeQ7)
+	register("q8", Q8, EncodeQ8)
+}
+
+// register registers query q as job nexmark-q: EventsTopic -> query ->
+// nexmark-q-out.
+func register[T any](q string, query func(stream.Stream[Event]) stream.Stream[T], encode stream.Encoder[T]) {
+	name := "nexmark-" + q
+	stream.Register(name, func(job *stream.Job) {
+		ev := stream.ReadWithWatermarks(job, "events", EventsTopic, Decode, EventTime)
+		stream.Write(query(ev), "output", name+"-out", encode)
+	})
 }

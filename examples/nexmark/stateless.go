@@ -5,24 +5,20 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/stream"
 )
 
 // Q0 is the passthrough: every bid, as it is. It measures the cost of
 // reading, decoding, encoding and writing.
-func Q0(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Bid]) {
-	stream.Sink(bids(events(job, src), "q0-bids"), "output", out)
-}
+func Q0(ev stream.Stream[Event]) stream.Stream[Bid] { return bids(ev, "q0-bids") }
 
 // Q1 is currency conversion: every bid with its price in euros, at 0.908
 // euros to the dollar, rounded down to the cent.
-func Q1(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Bid]) {
-	euros := stream.Map(bids(events(job, src), "q1-bids"), "q1-euros", func(b Bid) (Bid, error) {
+func Q1(ev stream.Stream[Event]) stream.Stream[Bid] {
+	return stream.Map(bids(ev, "q1-bids"), "q1-euros", func(b Bid) (Bid, error) {
 		b.Price = Euros(b.Price)
 		return b, nil
 	})
-	stream.Sink(euros, "output", out)
 }
 
 // Euros converts a price in dollar cents to euro cents, as q1 does.
@@ -48,14 +44,13 @@ const Q2Modulus = 123
 
 // Q2 is selection: the auction and price of the bids on every 123rd
 // auction.
-func Q2(job *stream.Job, src runtime.SourceFactory[Event], out runtime.SinkOpener[Q2Out]) {
-	sel := stream.FlatMap(events(job, src), "q2-select", func(e Event, out *stream.Emitter[Q2Out]) error {
+func Q2(ev stream.Stream[Event]) stream.Stream[Q2Out] {
+	return stream.FlatMap(ev, "q2-select", func(e Event, out *stream.Emitter[Q2Out]) error {
 		if e.Bid == nil || e.Bid.Auction%Q2Modulus != 0 {
 			return nil
 		}
 		return out.Emit(Q2Out{Auction: e.Bid.Auction, Price: e.Bid.Price})
 	})
-	stream.Sink(sel, "output", out)
 }
 
 // EncodeQ2 writes a result of q2, keyed by its auction.

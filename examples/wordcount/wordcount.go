@@ -13,7 +13,6 @@ import (
 
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
-	"github.com/weirstream/weir/worker"
 )
 
 // Out is a word's running count after one of its occurrences.
@@ -51,12 +50,23 @@ func Encode(o Out) (*kgo.Record, error) {
 	return &kgo.Record{Key: []byte(o.Word), Value: v}, nil
 }
 
-// Job is the word count job for worker.Main or worker.Run.
-func Job() worker.Job { return worker.NewJob("wordcount", Build) }
+// Topics the job reads and writes, by default (--input and --output point
+// them elsewhere).
+const (
+	InputTopic  = "lines"
+	OutputTopic = "word-counts"
+)
 
-// Build adds the graph: lines -> words -> repartition by word -> count.
-func Build(w *worker.Wiring, job *stream.Job) error {
-	lines := stream.Source(job, SourceName, worker.Source(w, Decode))
+func init() { stream.Register("wordcount", Build) }
+
+// Build is the word count job: InputTopic -> Counts -> OutputTopic.
+func Build(job *stream.Job) {
+	stream.Write(Counts(stream.Read(job, SourceName, InputTopic, Decode)), SinkName, OutputTopic, Encode)
+}
+
+// Counts is the graph: lines -> words -> keyed by word (moved to the task
+// of their word) -> count.
+func Counts(lines stream.Stream[string]) stream.Stream[Out] {
 	words := stream.FlatMap(lines, SplitName, func(line string, out *stream.Emitter[string]) error {
 		for _, word := range Words(line) {
 			if err := out.Emit(word); err != nil {
@@ -65,7 +75,7 @@ func Build(w *worker.Wiring, job *stream.Job) error {
 		}
 		return nil
 	})
-	byWord := worker.Repartition(w, job, words, RepartitionName, func(word string) string { return word }, state.String(), state.String())
+	byWord := stream.KeyBy(words, RepartitionName, func(word string) string { return word }, state.String(), state.String())
 	counts := stream.Process(byWord, CountName, func(s *stream.Setup) (stream.Processor[string, string, Out], error) {
 		count, err := stream.ValueState(s, "count", state.Int64())
 		if err != nil {
@@ -85,6 +95,5 @@ func Build(w *worker.Wiring, job *stream.Job) error {
 			},
 		}, nil
 	})
-	stream.Sink(counts, SinkName, worker.Sink(w, Encode))
-	return nil
+	return counts
 }

@@ -45,7 +45,7 @@ func (j countJob) start(ctx context.Context) (ready <-chan struct{}, done <-chan
 		return nil, nil, err
 	}
 	job := stream.NewJob(j.Name)
-	count.Build(job, src, out)
+	stream.Sink(count.Counts(stream.Source(job, count.SourceName, src)), count.SinkName, out)
 	plan, err := job.Build()
 	if err != nil {
 		return nil, nil, err

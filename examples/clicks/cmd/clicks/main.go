@@ -5,10 +5,8 @@
 package main
 
 import (
-	"github.com/weirstream/weir/examples/clicks"
+	_ "github.com/weirstream/weir/examples/clicks" // registers the job "clicks"
 	"github.com/weirstream/weir/worker"
 )
 
-func main() {
-	worker.Main(worker.Pipeline("clicks", clicks.Decode, clicks.Encode, clicks.Build))
-}
+func main() { worker.Main() }
