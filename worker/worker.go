@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -43,6 +44,11 @@ type Options struct {
 	// Listening, if set, is called with the address the HTTP server
 	// listens on.
 	Listening func(addr string)
+	// StateFS, if set, is the filesystem of the Pebble state stores
+	// instead of the local disk (state.PebbleOptions.FS): tests wrap the
+	// disk with it to make it fail (internal/diskfault). The memory state
+	// backend touches no disk and ignores it.
+	StateFS vfs.FS
 }
 
 // Run runs one worker of the job cfg names among jobs until opts.Drain is
@@ -269,7 +275,7 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 			TolerableFailures: c.TolerableFailures,
 		},
 		Mode:                  runtime.ExactlyOnce,
-		StateBackend:          stateBackend(c, log),
+		StateBackend:          stateBackend(c, w.opts.StateFS, log),
 		StateDir:              stateDir,
 		BatchSize:             c.Memory.BatchSize,
 		ChannelCapacity:       c.Memory.ChannelCapacity,
@@ -582,31 +588,18 @@ func (w *worker) fatalErr() error {
 	return w.fatal
 }
 
-// StateFaultsEnv names the control file of disk fault injection into the
-// worker's Pebble stores, a testing hook (chaos runs): see state.DiskFaults.
-// It is not a setting, so no flag, and it is read once at start.
-const StateFaultsEnv = "WEIR_STATE_FAULTS"
-
-// stateBackend opens the keyed state c asks for. The Pebble stores of one
-// worker share one block cache.
-func stateBackend(c *Config, log *slog.Logger) state.Factory {
-	faults := os.Getenv(StateFaultsEnv)
+// stateBackend opens the keyed state c asks for, on fsys if not nil. The
+// Pebble stores of one worker share one block cache.
+func stateBackend(c *Config, fsys vfs.FS, log *slog.Logger) state.Factory {
 	if c.StateBackend == stateBackendMemory {
-		if faults != "" {
-			log.Warn(StateFaultsEnv+" is set, but the memory state backend touches no disk: no faults", "file", faults)
-		}
 		return state.NewMemory(state.MemoryOptions{})
 	}
-	opts := state.PebbleOptions{
+	return state.NewPebble(state.PebbleOptions{
 		MemTableSize: c.StateMemtableSize,
 		CacheSize:    c.StateCacheSize,
 		Logger:       log.With("component", "pebble"),
-	}
-	if faults != "" {
-		log.Warn("disk fault injection is on (a testing hook): the Pebble stores fail as the control file says", "env", StateFaultsEnv, "file", faults)
-		opts.Faults = state.NewDiskFaults(faults, log.With("component", "faults"))
-	}
-	return state.NewPebble(opts)
+		FS:           fsys,
+	})
 }
 
 func boolLabel(b bool) string {
