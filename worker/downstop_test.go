@@ -48,7 +48,7 @@ func TestTaskDownWhenRevoked(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		w := &worker{log: newLogger(nopWriter{}, "info"), started: time.Now(), tasks: map[int]*taskStatus{}, cancelRun: cancel}
 		if drain {
-			w.group = &membership{w: w}
+			w.group = &member{w: w}
 			w.group.draining.Store(true)
 		}
 		w.runner, err = runtime.NewRunner(ctx, plan, runtime.Config{Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}),

@@ -111,7 +111,7 @@ type worker struct {
 	parts   int
 	metrics *metrics
 	runner  *runtime.Runner
-	group   *membership // nil with static tasks
+	group   *member // nil with static tasks
 	started time.Time
 	// kgoMetrics are the kgo client metrics of the group and the sources.
 	kgoMetrics *kpromSet
