@@ -20,6 +20,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/worker/internal/membership"
+	"github.com/weirstream/weir/worker/internal/status"
 )
 
 // member is the worker's place in the job's consumer group: franz-go
@@ -250,44 +251,26 @@ func (m *member) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32)
 	}
 }
 
-// groupMember is one member of the job's group, as DescribeGroups shows it.
-type groupMember struct {
-	ID       string `json:"id"`
-	ClientID string `json:"client_id"`
-	Host     string `json:"host"`
-	HTTP     string `json:"http,omitempty"`
-	Tasks    []int  `json:"tasks"`
-	Epoch    int64  `json:"epoch"`
-	Self     bool   `json:"self"`
-}
-
-// groupState is the group as the coordinator describes it.
-type groupState struct {
-	State      string        `json:"state"`
-	Generation int32         `json:"generation"`
-	Members    []groupMember `json:"members"`
-}
-
 // describe asks the group coordinator for the group's members and what
 // each was assigned.
-func (m *member) describe(ctx context.Context) (groupState, error) {
+func (m *member) describe(ctx context.Context) (status.Group, error) {
 	req := kmsg.NewPtrDescribeGroupsRequest()
 	req.Groups = []string{m.w.cfg.Group()}
 	resp, err := req.RequestWith(ctx, m.cl)
 	if err != nil {
-		return groupState{}, err
+		return status.Group{}, err
 	}
 	if len(resp.Groups) != 1 {
-		return groupState{}, fmt.Errorf("describe group: %d groups in the answer", len(resp.Groups))
+		return status.Group{}, fmt.Errorf("describe group: %d groups in the answer", len(resp.Groups))
 	}
 	g := resp.Groups[0]
 	if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
-		return groupState{}, err
+		return status.Group{}, err
 	}
 	self, gen := m.cl.GroupMetadata()
-	out := groupState{State: g.State, Generation: gen}
+	out := status.Group{State: g.State, Generation: gen}
 	for _, mem := range g.Members {
-		gm := groupMember{ID: mem.MemberID, ClientID: mem.ClientID, Host: mem.ClientHost, Self: mem.MemberID == self}
+		gm := status.Member{ID: mem.MemberID, ClientID: mem.ClientID, Host: mem.ClientHost, Self: mem.MemberID == self}
 		var meta membership.Meta
 		if json.Unmarshal(mem.ProtocolMetadata, &meta) == nil {
 			if meta.Host != "" {
@@ -300,7 +283,7 @@ func (m *member) describe(ctx context.Context) (groupState, error) {
 		}
 		out.Members = append(out.Members, gm)
 	}
-	slices.SortFunc(out.Members, func(a, b groupMember) int {
+	slices.SortFunc(out.Members, func(a, b status.Member) int {
 		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.ID, b.ID))
 	})
 	return out, nil

@@ -21,6 +21,7 @@ import (
 	"github.com/weirstream/weir/examples/count"
 	"github.com/weirstream/weir/internal/testcluster"
 	"github.com/weirstream/weir/source"
+	"github.com/weirstream/weir/worker/internal/status"
 )
 
 // layoutCase is one job's topics on a cluster, and its checkpoint storage.
@@ -384,7 +385,7 @@ func TestJobStopped(t *testing.T) {
 		t.Errorf("the status page does not show the stop:\n%s", page)
 	}
 	_, js := get(t, url+"/status.json")
-	var st workerStatus
+	var st status.Worker
 	if err := json.Unmarshal([]byte(js), &st); err != nil {
 		t.Fatal(err)
 	}

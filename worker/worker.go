@@ -23,6 +23,7 @@ import (
 	"github.com/weirstream/weir/sink"
 	"github.com/weirstream/weir/source"
 	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/worker/internal/status"
 )
 
 // Options are what a caller of Run may add to the configuration. The zero
@@ -77,7 +78,7 @@ func Run(ctx context.Context, cfg Config, jobs []Job, opts Options) error {
 	if cfg.Job == "" && len(jobs) == 1 {
 		cfg.Job = jobs[0].name
 	}
-	w := &worker{cfg: cfg, opts: opts, log: opts.Logger, stats: opts.Stats, tasks: map[int]*taskStatus{}}
+	w := &worker{cfg: cfg, opts: opts, log: opts.Logger, stats: opts.Stats, tasks: map[int]*status.Task{}}
 	if w.log == nil {
 		w.log = newLogger(os.Stderr, cfg.LogLevel)
 	}
@@ -127,7 +128,7 @@ type worker struct {
 	startMu sync.Mutex
 
 	mu    sync.Mutex
-	tasks map[int]*taskStatus
+	tasks map[int]*status.Task
 	// fatal is the first error that ends the worker.
 	fatal     error
 	cancelRun context.CancelFunc
@@ -370,9 +371,9 @@ func (w *worker) stopJob(err error) {
 	for _, t := range running {
 		wg.Go(func() {
 			w.runner.Abort(t)
-			w.setTask(t, func(s *taskStatus) {
-				if s.State != stateFailed {
-					s.State, s.Since, s.Err = stateStopped, time.Now(), "stopped with the job: "+reason
+			w.setTask(t, func(s *status.Task) {
+				if s.State != status.Failed {
+					s.State, s.Since, s.Err = status.Stopped, time.Now(), "stopped with the job: "+reason
 				}
 			})
 		})
@@ -484,9 +485,9 @@ func (w *worker) startTask(t int, epoch int64) {
 		w.log.Info("task not started: the job stopped on this worker", "task", t)
 		return
 	}
-	w.setTask(t, func(s *taskStatus) {
-		s.State, s.Epoch, s.Since, s.Err = stateRestoring, epoch, time.Now(), ""
-		s.assigned = time.Now()
+	w.setTask(t, func(s *status.Task) {
+		s.State, s.Epoch, s.Since, s.Err = status.Restoring, epoch, time.Now(), ""
+		s.Assigned = time.Now()
 		s.RestoredFrom, s.Restore, s.FirstRecord = 0, 0, 0
 	})
 	w.metrics.tasksStarted.Inc()
@@ -508,12 +509,12 @@ func (w *worker) stopTask(t int, bound time.Duration, why string) runtime.StopRe
 		return runtime.StopResult{Err: fmt.Errorf("task %d: stopped with the job, without a final checkpoint", t)}
 	}
 	w.log.Info("task revoked", "task", t, "why", why)
-	w.setTask(t, func(s *taskStatus) { s.State, s.Since = stateStopping, time.Now() })
+	w.setTask(t, func(s *status.Task) { s.State, s.Since = status.Stopping, time.Now() })
 	res := w.runner.Stop(t, bound)
 	w.metrics.handoffStop.WithLabelValues(boolLabel(res.Drained)).Observe(res.Took.Seconds())
 	w.log.Info("task released", "task", t, "why", why, "drained", res.Drained, "took", res.Took.Round(time.Millisecond), "err", res.Err)
-	w.setTask(t, func(s *taskStatus) {
-		s.State, s.Since = stateStopped, time.Now()
+	w.setTask(t, func(s *status.Task) {
+		s.State, s.Since = status.Stopped, time.Now()
 		if res.Err != nil {
 			s.Err = res.Err.Error()
 		}
@@ -525,7 +526,7 @@ func (w *worker) stopTask(t int, bound time.Duration, why string) runtime.StopRe
 func (w *worker) abortTask(t int) {
 	w.log.Warn("task lost with the group session: stopping it at once", "task", t)
 	w.runner.Abort(t)
-	w.setTask(t, func(s *taskStatus) { s.State, s.Since = stateStopped, time.Now() })
+	w.setTask(t, func(s *status.Task) { s.State, s.Since = status.Stopped, time.Now() })
 }
 
 // taskEnded hears from the runner when a task ended. A task that fails for
@@ -544,23 +545,23 @@ func (w *worker) taskEnded(t int, err error) {
 		// checkpoint. The worker's other tasks are fine; only a drain
 		// of the whole worker must not pass such a task for a clean stop.
 		w.log.Warn("task handed over while down after a failure; its next owner restores its last checkpoint", "task", t, "err", err)
-		w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateStopped, time.Now(), err.Error() })
+		w.setTask(t, func(s *status.Task) { s.State, s.Since, s.Err = status.Stopped, time.Now(), err.Error() })
 		return
 	case stopsJob(err):
 		// Its checkpoint was taken under another layout: so was every
 		// other task's, whether they noticed yet or not.
-		w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateFailed, time.Now(), err.Error() })
+		w.setTask(t, func(s *status.Task) { s.State, s.Since, s.Err = status.Failed, time.Now(), err.Error() })
 		w.stopJob(err) // it names the task
 		return
 	case errors.Is(err, runtime.ErrSuperseded) && len(w.cfg.Tasks) == 0:
 		w.log.Error("task stopped: a newer owner has it; giving it back to the group", "task", t, "err", err)
-		w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateSuperseded, time.Now(), err.Error() })
+		w.setTask(t, func(s *status.Task) { s.State, s.Since, s.Err = status.Superseded, time.Now(), err.Error() })
 		if g := w.membership(); g != nil {
 			g.giveUp(t)
 		}
 		return
 	}
-	w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateFailed, time.Now(), err.Error() })
+	w.setTask(t, func(s *status.Task) { s.State, s.Since, s.Err = status.Failed, time.Now(), err.Error() })
 	w.fail(err)
 }
 
