@@ -271,7 +271,8 @@ var commands = map[string]how{
 		{file: "bench/bench_test.go", text: "func TestBench(", name: "TestBench"}}},
 
 	// docs/operating.md and docs/writing-jobs.md.
-	"go run ./cmd/processor chaos --duration 30m": {by: []ref{
+	"go run -tags weirfaults ./cmd/processor chaos --duration 30m": {by: []ref{
+		ciStep(`go build -tags weirfaults -o "$WEIR_KAFKA_DIR/processor" ./cmd/processor`),
 		ciStep(`"$WEIR_KAFKA_DIR/processor" chaos --brokers "$addr" --kafka-dir "$WEIR_KAFKA_DIR" --duration 3m`),
 		{file: "cmd/processor/chaos_test.go", text: "func TestChaosRun(", name: "TestChaosRun"}}},
 	"go run ./cmd/processor run --job orders --topic orders=shop.orders,payments=shop.payments": {by: []ref{

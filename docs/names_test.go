@@ -39,8 +39,8 @@ var (
 		"WEIR_KAFKA_DIR":      "scripts/kafka",
 		"WEIR_S3_ENDPOINT":    "internal/testcluster/s3.go",
 		"WEIR_TESTCONTAINERS": "internal/testcluster/containers.go",
-		"WEIR_SOME_FLAG":      "internal/cli/cli.go", // the pattern, in -h output
-		"WEIR_STATE_FAULTS":   "worker/worker.go",    // a testing hook, not a setting
+		"WEIR_SOME_FLAG":      "internal/cli/cli.go",    // the pattern, in -h output
+		"WEIR_STATE_FAULTS":   "cmd/processor/chaos.go", // a weirfaults test build's hook, not a setting
 	}
 )
 

@@ -37,9 +37,11 @@ type PebbleOptions struct {
 	// Logger receives Pebble's own messages: info at debug level, errors at
 	// error level. nil discards them (Pebble's default logger is chatty).
 	Logger *slog.Logger
-	// Faults, if set, injects disk errors into the stores (a testing
-	// hook: see DiskFaults).
-	Faults *DiskFaults
+	// FS is the filesystem the stores live on: Pebble's own files, a
+	// snapshot's reads for its upload, a restore's downloads and hard
+	// links (default vfs.Default, the local disk). Tests wrap it to make
+	// the disk fail (errorfs; internal/diskfault).
+	FS vfs.FS
 }
 
 // PebbleCut is how Snapshot captures the writes that are still in memtables,
@@ -110,6 +112,9 @@ func (o PebbleOptions) withDefaults() (PebbleOptions, error) {
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.FS == nil {
+		o.FS = vfs.Default
 	}
 	return o, nil
 }
@@ -281,7 +286,7 @@ func (p *Pebble) openDB(dbDir string, lock *pebble.Lock, mustExist bool) (*pebbl
 
 func (p *Pebble) pebbleOptions(h *dbHealth) *pebble.Options {
 	return &pebble.Options{
-		FS:           failSlowly{p.opts.Faults.wrap(noSyncFS{vfs.Default}), h},
+		FS:           failSlowly{noSyncFS{p.opts.FS}, h},
 		Cache:        p.cache,
 		MemTableSize: uint64(p.opts.MemTableSize),
 		// The checkpoint is the durability; a WAL, unsynced, only lets the

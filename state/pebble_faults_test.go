@@ -11,17 +11,19 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/diskfault"
 )
 
 // testFaults returns disk faults controlled by a file of the test, and a
 // function that sets the fault at once.
-func testFaults(t *testing.T) (*DiskFaults, func(mode string)) {
+func testFaults(t *testing.T) (*diskfault.Injector, func(mode string)) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "faults")
-	f := NewDiskFaults(file, nil)
+	f := diskfault.New(file, nil)
 	return f, func(mode string) {
 		t.Helper()
 		if err := os.WriteFile(file, []byte(mode+"\n"), 0o644); err != nil {
@@ -52,11 +54,11 @@ func TestPebbleDiskFaultFailsSnapshotNotStore(t *testing.T) {
 	for _, tc := range []struct {
 		mode  string
 		errno syscall.Errno
-	}{{FaultENOSPC, syscall.ENOSPC}, {FaultEIO, syscall.EIO}} {
+	}{{diskfault.ENOSPC, syscall.ENOSPC}, {diskfault.EIO, syscall.EIO}} {
 		t.Run(tc.mode, func(t *testing.T) {
 			faults, set := testFaults(t)
 			opts := smallPebble
-			opts.Faults = faults
+			opts.FS = faults.Wrap(vfs.Default)
 			p := openTestPebble(t, opts)
 			st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
 			v := mustValue(t, p, "v")
@@ -83,7 +85,7 @@ func TestPebbleDiskFaultFailsSnapshotNotStore(t *testing.T) {
 				t.Fatalf("%d keys readable during the fault, want 1600", len(want))
 			}
 
-			set(FaultNone)
+			set(diskfault.None)
 			h, err := tryCheckpoint(p, st, 4)
 			if err != nil {
 				t.Fatalf("checkpoint after the fault cleared: %v", err)
@@ -105,12 +107,12 @@ func TestPebbleFatalErrorBreaksStore(t *testing.T) {
 	for _, cut := range pebbleCuts {
 		t.Run(cut.String(), func(t *testing.T) {
 			faults, set := testFaults(t)
-			faults.only = func(op errorfs.Op) bool {
+			faults.Only = func(op errorfs.Op) bool {
 				// The DB's own MANIFEST, not a checkpoint's copy of it.
 				return strings.HasPrefix(filepath.Base(filepath.Dir(op.Path)), "db-") && strings.HasPrefix(filepath.Base(op.Path), "MANIFEST")
 			}
 			opts := withCut(smallPebble, cut)
-			opts.Faults = faults
+			opts.FS = faults.Wrap(vfs.Default)
 			dir := t.TempDir()
 			p, err := OpenPebble(dir, opts)
 			if err != nil {
@@ -126,7 +128,7 @@ func TestPebbleFatalErrorBreaksStore(t *testing.T) {
 			}
 			want := readAll(t, p, 500)
 
-			set(FaultENOSPC)
+			set(diskfault.ENOSPC)
 			m := mustMap(t, p, "m")
 			// Writes until a flush (the cut's or Pebble's own) writes the
 			// MANIFEST; a map writes through to Pebble.
@@ -142,7 +144,7 @@ func TestPebbleFatalErrorBreaksStore(t *testing.T) {
 			}
 			t.Logf("first error: %v", werr)
 
-			set(FaultNone)
+			set(diskfault.None)
 			if _, err := tryCheckpoint(p, st, 100); !errors.Is(err, ErrBroken) {
 				t.Errorf("checkpoint of the broken store after the fault cleared: %v, want ErrBroken", err)
 			}
@@ -181,10 +183,10 @@ func TestPebbleFatalErrorBreaksStore(t *testing.T) {
 func TestPebbleFailingFlushesDoNotStall(t *testing.T) {
 	faults, set := testFaults(t)
 	opts := smallPebble
-	opts.Faults = faults
+	opts.FS = faults.Wrap(vfs.Default)
 	p := openTestPebble(t, opts)
 	m := mustMap(t, p, "m")
-	set(FaultENOSPC)
+	set(diskfault.ENOSPC)
 	stall := memTableStopWrites * smallPebble.MemTableSize
 	var err error
 	val := make([]byte, 1000)
@@ -209,63 +211,24 @@ func TestPebbleRestoreDiskFault(t *testing.T) {
 
 	faults, set := testFaults(t)
 	opts := smallPebble
-	opts.Faults = faults
+	opts.FS = faults.Wrap(vfs.Default)
 	p := openTestPebble(t, opts)
 	v := mustValue(t, p, "v")
 	if err := v.Put(k(1), []byte("before")); err != nil {
 		t.Fatal(err)
 	}
-	set(FaultENOSPC)
+	set(diskfault.ENOSPC)
 	if err := p.Restore(context.Background(), st, h); !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("restore onto a full disk: %v, want an error wrapping ENOSPC", err)
 	}
 	if got, _, err := v.Get(k(1)); err != nil || string(got) != "before" {
 		t.Fatalf("after the failed restore: %q, %v; want the state as it was", got, err)
 	}
-	set(FaultNone)
+	set(diskfault.None)
 	if err := p.Restore(context.Background(), st, h); err != nil {
 		t.Fatal(err)
 	}
 	if got := readAll(t, p, 500); !maps.Equal(got, want) {
 		t.Fatalf("restored %d keys, want %d", len(got), len(want))
-	}
-}
-
-// TestDiskFaultsControlFile: the control file's content, trimmed and in any
-// case, names the fault; an unknown content or no file means none.
-func TestDiskFaultsControlFile(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "faults")
-	f := NewDiskFaults(file, nil)
-	create := errorfs.Op{Kind: errorfs.OpCreate, Path: "x"}
-	read := errorfs.Op{Kind: errorfs.OpFileRead, Path: "x"}
-	remove := errorfs.Op{Kind: errorfs.OpRemove, Path: "x"}
-	for _, tc := range []struct {
-		content            string // "-": no file
-		mode               string
-		create, read, remv error
-	}{
-		{"-", "none", nil, nil, nil},
-		{"", "none", nil, nil, nil},
-		{" ENOSPC\n", FaultENOSPC, syscall.ENOSPC, nil, nil},
-		{"eio", FaultEIO, syscall.EIO, syscall.EIO, nil},
-		{"full", "none", nil, nil, nil},
-	} {
-		if tc.content == "-" {
-			os.Remove(file)
-		} else if err := os.WriteFile(file, []byte(tc.content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if got := f.Reload(); got != tc.mode {
-			t.Errorf("%q: fault %q, want %q", tc.content, got, tc.mode)
-		}
-		for _, c := range []struct {
-			op   errorfs.Op
-			want error
-		}{{create, tc.create}, {read, tc.read}, {remove, tc.remv}} {
-			err := f.MaybeError(c.op)
-			if (c.want == nil) != (err == nil) || c.want != nil && !errors.Is(err, c.want) {
-				t.Errorf("%q: %v of %s: %v, want %v", tc.content, opName(c.op.Kind), c.op.Path, err, c.want)
-			}
-		}
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
 
 	"github.com/weirstream/weir/checkpoint"
 )
@@ -201,11 +200,15 @@ func (p *Pebble) writeRestoredList(dbDir string, handle checkpoint.StateHandle) 
 			b.WriteString(inst + "/" + f.Local + "\n")
 		}
 	}
-	path := filepath.Join(dbDir, restoredList)
-	if err := p.opts.Faults.check(errorfs.OpCreate, path); err != nil {
+	f, err := p.opts.FS.Create(filepath.Join(dbDir, restoredList), vfs.WriteCategoryUnspecified)
+	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, []byte(b.String()), 0o644)
+	_, err = io.WriteString(f, b.String())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // readRestoredList returns the objects the restored list of dbDir names, if
@@ -236,11 +239,7 @@ func (p *Pebble) reuse(ctx context.Context, lc *localCopies, newDir *checkpoint.
 		if err != nil || !fi.Mode().IsRegular() || fi.Size() != f.Size {
 			continue // compacted away since, or cut short
 		}
-		err = p.opts.Faults.check(errorfs.OpLink, src)
-		if err == nil {
-			err = os.Link(src, path)
-		}
-		if err != nil {
+		if err := p.opts.FS.Link(src, path); err != nil {
 			p.opts.Logger.Debug("pebble restore: cannot link a local copy", "file", src, "err", err)
 			continue
 		}

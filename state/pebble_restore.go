@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,7 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
-	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -168,7 +169,7 @@ func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle 
 				c.reusedBytes.Add(f.Size)
 				return nil
 			}
-			if err := download(gctx, st, f, path, p.opts.Faults); err != nil {
+			if err := download(gctx, st, f, path, p.opts.FS); err != nil {
 				return fmt.Errorf("file %s (%s): %w", f.Name, f.Local, err)
 			}
 			c.downloadedBytes.Add(f.Size)
@@ -201,25 +202,22 @@ func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle 
 }
 
 // download copies f into path, verifying its size and checksum: the file is
-// complete and intact once it returns nil. faults may fail its writes.
-func download(ctx context.Context, st checkpoint.Storage, f checkpoint.FileRef, path string, faults *DiskFaults) error {
+// complete and intact once it returns nil. A file in the way is an error,
+// not overwritten: it is one a reuse could not remove.
+func download(ctx context.Context, st checkpoint.Storage, f checkpoint.FileRef, path string, fsys vfs.FS) error {
 	rc, err := checkpoint.GetVerified(ctx, st, f)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	if err := faults.check(errorfs.OpCreate, path); err != nil {
-		return err
+	if _, err := fsys.Stat(path); err == nil {
+		return &fs.PathError{Op: "create", Path: path, Err: fs.ErrExist}
 	}
-	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := fsys.Create(path, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		return err
 	}
-	var w io.Writer = out
-	if faults != nil {
-		w = faultyWriter{out, faults, path}
-	}
-	_, err = io.Copy(w, rc)
+	_, err = io.Copy(out, rc)
 	if cerr := out.Close(); err == nil {
 		err = cerr
 	}

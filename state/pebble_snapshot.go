@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -60,7 +61,7 @@ func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 		return nil, fmt.Errorf("state: pebble: snapshot %d: %w", id, err)
 	}
 	s := &PebbleSnapshot{id: id, dir: dir, shared: p.shared, instance: p.instance, parallel: p.opts.UploadParallelism,
-		faults: p.opts.Faults, done: make(chan struct{})}
+		fs: p.opts.FS, done: make(chan struct{})}
 	p.window = &writeWindow{batch: p.db.NewIndexedBatch(), snap: s}
 	hook := p.cutHook
 	go func() {
@@ -220,7 +221,7 @@ type PebbleSnapshot struct {
 	shared   *sharedSet
 	parallel int
 	pause    time.Duration
-	faults   *DiskFaults
+	fs       vfs.FS
 
 	// Set by the cut before done closes.
 	done  chan struct{}
@@ -292,12 +293,12 @@ func (s *PebbleSnapshot) Upload(ctx context.Context, st checkpoint.Storage, dir,
 		g.Go(func() error {
 			put := func(obj string) (checkpoint.FileRef, error) {
 				path := filepath.Join(s.dir, name)
-				f, err := os.Open(path)
+				f, err := s.fs.Open(path)
 				if err != nil {
 					return checkpoint.FileRef{}, err
 				}
 				defer f.Close()
-				return checkpoint.PutFile(gctx, st, obj, s.faults.reader(f, path))
+				return checkpoint.PutFile(gctx, st, obj, f)
 			}
 			var err error
 			if isShared(name) {

@@ -10,6 +10,7 @@ import (
 	"github.com/weirstream/weir/examples/count"
 	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/worker/internal/status"
 )
 
 // failedObserver tells when a task failed and will restart.
@@ -46,9 +47,9 @@ func TestTaskDownWhenRevoked(t *testing.T) {
 		}
 		obs := &failedObserver{failed: make(chan struct{}, 1)}
 		ctx, cancel := context.WithCancel(t.Context())
-		w := &worker{log: newLogger(nopWriter{}, "info"), started: time.Now(), tasks: map[int]*taskStatus{}, cancelRun: cancel}
+		w := &worker{log: newLogger(nopWriter{}, "info"), started: time.Now(), tasks: map[int]*status.Task{}, cancelRun: cancel}
 		if drain {
-			w.group = &membership{w: w}
+			w.group = &member{w: w}
 			w.group.draining.Store(true)
 		}
 		w.runner, err = runtime.NewRunner(ctx, plan, runtime.Config{Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}),

@@ -19,15 +19,17 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/worker/internal/membership"
+	"github.com/weirstream/weir/worker/internal/status"
 )
 
-// membership is the worker's place in the job's consumer group: franz-go
+// member is the worker's place in the job's consumer group: franz-go
 // runs the group protocol (joins, heartbeats, the cooperative two-round
 // rebalance) and calls back here when tasks are assigned, revoked or lost.
-type membership struct {
+type member struct {
 	w   *worker
 	cl  *kgo.Client
-	bal *balancer
+	bal *membership.Balancer
 
 	assignedOnce atomic.Bool
 	// draining: tasks assigned from now on are not started (the worker
@@ -47,16 +49,16 @@ type membership struct {
 // worker leaves the group.
 func (w *worker) runGroup(ctx context.Context) error {
 	c := &w.cfg
-	m := &membership{w: w, givenUp: map[int]bool{}}
+	m := &member{w: w, givenUp: map[int]bool{}}
 	host, _ := os.Hostname()
-	m.bal = &balancer{
-		topics:     w.inputs[:1], // the group hands out tasks: one topic carries them
-		partitions: w.layout.partitions,
-		givenUp:    m.isGivenUp,
-		meta: func() memberMeta {
-			return memberMeta{Host: host, HTTP: advertised(w.metrics.httpAddr, host)}
+	m.bal = &membership.Balancer{
+		Topics:     w.inputs[:1], // the group hands out tasks: one topic carries them
+		Partitions: w.layout.partitions,
+		GivenUp:    m.isGivenUp,
+		Meta: func() membership.Meta {
+			return membership.Meta{Host: host, HTTP: advertised(w.metrics.httpAddr, host)}
 		},
-		newEpoch: func(ctx context.Context) (int64, error) {
+		NewEpoch: func(ctx context.Context) (int64, error) {
 			return checkpoint.NextEpoch(ctx, w.storage, c.name())
 		},
 	}
@@ -133,7 +135,7 @@ func (h groupErrors) OnGroupManageError(err error) {
 
 // membership returns the worker's place in the job's group: nil with
 // static tasks, and until runGroup joined.
-func (w *worker) membership() *membership {
+func (w *worker) membership() *member {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.group
@@ -141,25 +143,25 @@ func (w *worker) membership() *membership {
 
 // joined reports whether the group assigned this worker tasks (or none)
 // at least once.
-func (m *membership) joined() bool { return m.assignedOnce.Load() }
+func (m *member) joined() bool { return m.assignedOnce.Load() }
 
 // assignedTasks returns the tasks the group assigns this worker now.
-func (m *membership) assignedTasks() []int {
+func (m *member) assignedTasks() []int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.mine)
 }
 
-func (m *membership) tasksOf(ps map[string][]int32) []int {
+func (m *member) tasksOf(ps map[string][]int32) []int {
 	var ts []int
-	for _, p := range ps[m.bal.topics[0]] {
+	for _, p := range ps[m.bal.Topics[0]] {
 		ts = append(ts, int(p))
 	}
 	slices.Sort(ts)
 	return ts
 }
 
-func (m *membership) setMine(add, remove []int) {
+func (m *member) setMine(add, remove []int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.mine = slices.DeleteFunc(m.mine, func(t int) bool { return slices.Contains(remove, t) })
@@ -175,9 +177,9 @@ func (m *membership) setMine(add, remove []int) {
 // assigned starts the tasks a rebalance added, with the epoch the leader
 // allocated for this generation. franz-go calls it after every rebalance,
 // also when nothing was added.
-func (m *membership) assigned(ctx context.Context, cl *kgo.Client, added map[string][]int32) {
+func (m *member) assigned(ctx context.Context, cl *kgo.Client, added map[string][]int32) {
 	ts := m.tasksOf(added)
-	epoch := m.bal.currentEpoch()
+	epoch := m.bal.CurrentEpoch()
 	_, gen := cl.GroupMetadata()
 	m.w.metrics.rebalances.Inc()
 	m.setMine(ts, nil)
@@ -204,14 +206,14 @@ func (m *membership) assigned(ctx context.Context, cl *kgo.Client, added map[str
 // owner claimed it (this worker was a zombie for it, or the epochs were
 // set by hand), and the group still assigns it here. The next rebalance
 // leaves it out of this worker's tasks and assigns it with a new epoch.
-func (m *membership) giveUp(t int) {
+func (m *member) giveUp(t int) {
 	m.mu.Lock()
 	m.givenUp[t] = true
 	m.mu.Unlock()
 	m.cl.ForceRebalance()
 }
 
-func (m *membership) isGivenUp(t int) bool {
+func (m *member) isGivenUp(t int) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.givenUp[t]
@@ -220,7 +222,7 @@ func (m *membership) isGivenUp(t int) bool {
 // revoked stops, each with a final checkpoint within the hand-off bound,
 // the tasks a rebalance takes from this worker, before the worker rejoins:
 // only then does the group give them to their new owners.
-func (m *membership) revoked(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+func (m *member) revoked(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	ts := m.tasksOf(lost)
 	if len(ts) == 0 {
 		return
@@ -236,7 +238,7 @@ func (m *membership) revoked(_ context.Context, _ *kgo.Client, lost map[string][
 // lost stops at once the tasks of a session the worker lost (it was
 // silent past the session timeout: paused, partitioned): the group gave
 // them to others already, who fence this worker's transactions.
-func (m *membership) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
+func (m *member) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 	ts := m.tasksOf(lost)
 	var wg sync.WaitGroup
 	for _, t := range ts {
@@ -249,57 +251,39 @@ func (m *membership) lost(_ context.Context, _ *kgo.Client, lost map[string][]in
 	}
 }
 
-// groupMember is one member of the job's group, as DescribeGroups shows it.
-type groupMember struct {
-	ID       string `json:"id"`
-	ClientID string `json:"client_id"`
-	Host     string `json:"host"`
-	HTTP     string `json:"http,omitempty"`
-	Tasks    []int  `json:"tasks"`
-	Epoch    int64  `json:"epoch"`
-	Self     bool   `json:"self"`
-}
-
-// groupState is the group as the coordinator describes it.
-type groupState struct {
-	State      string        `json:"state"`
-	Generation int32         `json:"generation"`
-	Members    []groupMember `json:"members"`
-}
-
 // describe asks the group coordinator for the group's members and what
 // each was assigned.
-func (m *membership) describe(ctx context.Context) (groupState, error) {
+func (m *member) describe(ctx context.Context) (status.Group, error) {
 	req := kmsg.NewPtrDescribeGroupsRequest()
 	req.Groups = []string{m.w.cfg.Group()}
 	resp, err := req.RequestWith(ctx, m.cl)
 	if err != nil {
-		return groupState{}, err
+		return status.Group{}, err
 	}
 	if len(resp.Groups) != 1 {
-		return groupState{}, fmt.Errorf("describe group: %d groups in the answer", len(resp.Groups))
+		return status.Group{}, fmt.Errorf("describe group: %d groups in the answer", len(resp.Groups))
 	}
 	g := resp.Groups[0]
 	if err := kerr.ErrorForCode(g.ErrorCode); err != nil {
-		return groupState{}, err
+		return status.Group{}, err
 	}
 	self, gen := m.cl.GroupMetadata()
-	out := groupState{State: g.State, Generation: gen}
+	out := status.Group{State: g.State, Generation: gen}
 	for _, mem := range g.Members {
-		gm := groupMember{ID: mem.MemberID, ClientID: mem.ClientID, Host: mem.ClientHost, Self: mem.MemberID == self}
-		var meta memberMeta
+		gm := status.Member{ID: mem.MemberID, ClientID: mem.ClientID, Host: mem.ClientHost, Self: mem.MemberID == self}
+		var meta membership.Meta
 		if json.Unmarshal(mem.ProtocolMetadata, &meta) == nil {
 			if meta.Host != "" {
 				gm.Host = meta.Host
 			}
 			gm.HTTP = meta.HTTP
 		}
-		if a, err := decodeAssignment(mem.MemberAssignment); err == nil {
+		if a, err := membership.DecodeAssignment(mem.MemberAssignment); err == nil {
 			gm.Tasks, gm.Epoch = a.Tasks, a.Epoch
 		}
 		out.Members = append(out.Members, gm)
 	}
-	slices.SortFunc(out.Members, func(a, b groupMember) int {
+	slices.SortFunc(out.Members, func(a, b status.Member) int {
 		return cmp.Or(cmp.Compare(a.Host, b.Host), cmp.Compare(a.ID, b.ID))
 	})
 	return out, nil

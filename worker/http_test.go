@@ -19,6 +19,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/worker/internal/status"
 )
 
 var discard = slog.New(slog.DiscardHandler)
@@ -31,7 +32,7 @@ func newTestWorker(t *testing.T) (*worker, *observer, *prometheus.Registry) {
 	cfg := DefaultConfig()
 	cfg.Job, cfg.Input, cfg.Output, cfg.Tasks = "count", "numbers", "counts", []int{0, 1, 2}
 	st := &Stats{}
-	w := &worker{cfg: cfg, log: discard, stats: st, tasks: map[int]*taskStatus{}, started: time.Now().Add(-90 * time.Second)}
+	w := &worker{cfg: cfg, log: discard, stats: st, tasks: map[int]*status.Task{}, started: time.Now().Add(-90 * time.Second)}
 	w.metrics = newMetrics(cfg.name(), st)
 	reg := prometheus.NewRegistry()
 	if err := w.metrics.register(reg); err != nil {
@@ -43,8 +44,8 @@ func newTestWorker(t *testing.T) (*worker, *observer, *prometheus.Registry) {
 // assign marks task t assigned with epoch and restoring, as startTask
 // does before it hands the task to the runner.
 func assign(w *worker, t int, epoch int64) {
-	w.setTask(t, func(s *taskStatus) {
-		s.State, s.Epoch, s.Since, s.assigned = stateRestoring, epoch, time.Now(), time.Now()
+	w.setTask(t, func(s *status.Task) {
+		s.State, s.Epoch, s.Since, s.Assigned = status.Restoring, epoch, time.Now(), time.Now()
 	})
 }
 
@@ -146,11 +147,11 @@ func TestHTTPEndpoints(t *testing.T) {
 	}
 
 	_, body := get(t, url+"/status.json")
-	var s workerStatus
+	var s status.Worker
 	if err := json.Unmarshal([]byte(body), &s); err != nil {
 		t.Fatalf("/status.json: %v\n%s", err, body)
 	}
-	if !s.Ready || len(s.Tasks) != 2 || s.Tasks[1].Task != 1 || s.Tasks[1].RestoredFrom != 3 || len(s.Tasks[1].Checkpoints) != 1 || s.RecordsIn != 7 {
+	if !s.Ready || len(s.Tasks) != 2 || s.Tasks[1].ID != 1 || s.Tasks[1].RestoredFrom != 3 || len(s.Tasks[1].Checkpoints) != 1 || s.RecordsIn != 7 {
 		t.Errorf("/status.json: %+v, want ready, tasks 0 and 1, task 1 restored from 3 with one checkpoint since, 7 records in", s)
 	}
 }
@@ -187,7 +188,7 @@ func TestStatusPage(t *testing.T) {
 	}
 	o.TaskRestored("count", 2, 7, 0, time.Millisecond)
 	o.TaskFailed("count", 2, errors.New(`sink: <script>alert("x")</script>`), false)
-	w.setTask(2, func(s *taskStatus) { s.State = stateFailed })
+	w.setTask(2, func(s *status.Task) { s.State = status.Failed })
 
 	code, page := get(t, url)
 	if code != http.StatusOK {
@@ -239,90 +240,6 @@ func equalMaps(a, b map[string]string) bool {
 		}
 	}
 	return true
-}
-
-func TestCheckpointChart(t *testing.T) {
-	ms := time.Millisecond
-	rows := func(durations ...time.Duration) []checkpointRow {
-		var rs []checkpointRow
-		for i, d := range durations {
-			rs = append(rs, checkpointRow{ID: checkpoint.ID(i + 1), Duration: d, Size: int64(i) * 100})
-		}
-		return rs
-	}
-	for _, tc := range []struct {
-		name    string
-		rows    []checkpointRow
-		heights []int
-		line    string
-	}{
-		{"none", nil, nil, ""},
-		{"one", rows(5 * ms), []int{chartHeight}, "177,33"},
-		{"scaled to the longest", rows(10*ms, 20*ms, 40*ms), []int{9, 18, 36}, "165,33 171,18 177,3"},
-		{"a bar for the shortest", rows(0, 40*ms), []int{1, 36}, "171,33 177,3"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := newCheckpointChart(tc.rows)
-			if c == nil {
-				if tc.heights != nil {
-					t.Fatal("no chart")
-				}
-				return
-			}
-			var heights []int
-			for i, b := range c.Bars {
-				heights = append(heights, b.H)
-				if b.Y+b.H != chartHeight || b.X < 0 || b.X+b.W > chartWidth {
-					t.Errorf("bar %d at x %d..%d, y %d..%d: outside the %dx%d chart or off its base", i, b.X, b.X+b.W, b.Y, b.Y+b.H, chartWidth, chartHeight)
-				}
-			}
-			if !equalInts(heights, tc.heights) || c.SizeLine != tc.line {
-				t.Errorf("bars %v, size line %q; want %v, %q", heights, c.SizeLine, tc.heights, tc.line)
-			}
-		})
-	}
-	t.Run("only the recent ones", func(t *testing.T) {
-		c := newCheckpointChart(make([]checkpointRow, recentCheckpoints+5))
-		if len(c.Bars) != recentCheckpoints || c.Bars[0].X != 1 {
-			t.Errorf("%d bars from x %d, want %d from the left edge", len(c.Bars), c.Bars[0].X, recentCheckpoints)
-		}
-	})
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
-func TestFormats(t *testing.T) {
-	for _, tc := range []struct{ got, want string }{
-		{formatDuration(0), "—"},
-		{formatDuration(400 * time.Microsecond), "<1ms"},
-		{formatDuration(35400 * time.Microsecond), "35ms"},
-		{formatDuration(1234 * time.Millisecond), "1.23s"},
-		{formatDuration(192600 * time.Millisecond), "3m13s"},
-		{formatBytes(0), "0 B"},
-		{formatBytes(1023), "1023 B"},
-		{formatBytes(1536), "1.5 KiB"},
-		{formatBytes(5 << 20), "5.0 MiB"},
-		{formatBytes(3 << 40), "3.0 TiB"},
-		{formatCount(999), "999"},
-		{formatCount(1234567), "1,234,567"},
-		{formatCount(-1234), "-1,234"},
-		{formatTasks(nil), "none"},
-		{formatTasks([]int{0, 2, 5}), "0, 2, 5"},
-	} {
-		if tc.got != tc.want {
-			t.Errorf("got %q, want %q", tc.got, tc.want)
-		}
-	}
 }
 
 // syncBuffer is a bytes.Buffer for a logger that several goroutines use.

@@ -21,6 +21,7 @@ import (
 	"github.com/weirstream/weir/examples/count"
 	"github.com/weirstream/weir/internal/testcluster"
 	"github.com/weirstream/weir/source"
+	"github.com/weirstream/weir/worker/internal/status"
 )
 
 // layoutCase is one job's topics on a cluster, and its checkpoint storage.
@@ -352,39 +353,6 @@ func recreate(t *testing.T, c *testcluster.Cluster, topic string, partitions int
 	}
 }
 
-// TestBalancerPlansFromTheRecordedCount: the group's leader sees the
-// input's partitions in the metadata, but hands out only the tasks of the
-// job's recorded count: a partition added while the job runs never becomes
-// a task.
-func TestBalancerPlansFromTheRecordedCount(t *testing.T) {
-	b := &balancer{topics: []string{"in"}, partitions: 4, newEpoch: func(context.Context) (int64, error) { return 7, nil }}
-	mb := &memberBalancer{b: b, ids: []string{"a", "b"}, owned: [][]int{nil, nil}}
-	into, err := mb.BalanceOrError(map[string]int32{"in": 8})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var all []int
-	for _, a := range into.IntoSyncAssignment() {
-		ma, err := decodeAssignment(a.MemberAssignment)
-		if err != nil {
-			t.Fatal(err)
-		}
-		all = append(all, ma.Tasks...)
-	}
-	if len(all) != 4 {
-		t.Fatalf("tasks handed out %v, want 0..3 of the recorded count 4", all)
-	}
-	for _, task := range all {
-		if task >= 4 {
-			t.Fatalf("task %d handed out: the job has 4", task)
-		}
-	}
-	b.partitions = 0
-	if _, err := mb.BalanceOrError(map[string]int32{"in": 8}); err == nil {
-		t.Error("planned without the job's count")
-	}
-}
-
 // TestJobStopped: a stopped job shows on /readyz (503, the error), in
 // weir_job_stopped with its reason, on the status page and in
 // status.json; it is logged once at ERROR; no task starts after it.
@@ -417,7 +385,7 @@ func TestJobStopped(t *testing.T) {
 		t.Errorf("the status page does not show the stop:\n%s", page)
 	}
 	_, js := get(t, url+"/status.json")
-	var st workerStatus
+	var st status.Worker
 	if err := json.Unmarshal([]byte(js), &st); err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/worker/internal/status"
 )
 
 // metrics are the worker's Prometheus metrics, fed by its observer, the
@@ -124,6 +125,15 @@ func (s *Stats) task(t int) *taskCounts {
 	return c.(*taskCounts)
 }
 
+// taskCounts returns the records task t read and wrote, 0 and 0 for a
+// task that has none yet (without making its counters).
+func (s *Stats) taskCounts(t int) (in, out int64) {
+	if c, ok := s.perTask.Load(t); ok {
+		return c.(*taskCounts).in.Load(), c.(*taskCounts).out.Load()
+	}
+	return 0, 0
+}
+
 // recordsCollector reports the per-task record counters at each scrape.
 type recordsCollector struct {
 	st      *Stats
@@ -188,12 +198,9 @@ func (o *observer) CheckpointCompleted(job string, task int, m checkpoint.Manife
 	o.log.Info("checkpoint completed", "task", task, "checkpoint", m.Checkpoint,
 		"duration", d.Round(time.Millisecond), "size", size, "positions", formatPositions(positions))
 	if o.w != nil {
-		o.w.setTask(task, func(s *taskStatus) {
+		o.w.setTask(task, func(s *status.Task) {
 			s.Positions = positions
-			s.Checkpoints = append(s.Checkpoints, checkpointRow{ID: m.Checkpoint, Time: m.Timestamp, Duration: d, Size: size, Incremental: incr})
-			if n := len(s.Checkpoints); n > recentCheckpoints {
-				s.Checkpoints = append(s.Checkpoints[:0], s.Checkpoints[n-recentCheckpoints:]...)
-			}
+			s.AddCheckpoint(status.Checkpoint{ID: m.Checkpoint, Time: m.Timestamp, Duration: d, Size: size, Incremental: incr})
 		})
 	}
 	if o.lag != nil {
@@ -210,7 +217,7 @@ func (o *observer) CheckpointAborted(job string, task int, id checkpoint.ID, err
 func (o *observer) TaskFailed(job string, task int, err error, restarting bool) {
 	o.metrics.failures.WithLabelValues(strconv.Itoa(task)).Inc() // the runtime logs it
 	if o.w != nil {
-		o.w.setTask(task, func(s *taskStatus) { s.Err = err.Error() })
+		o.w.setTask(task, func(s *status.Task) { s.Err = err.Error() })
 	}
 	o.extra.TaskFailed(job, task, err, restarting)
 }
@@ -218,11 +225,11 @@ func (o *observer) TaskFailed(job string, task int, err error, restarting bool) 
 func (o *observer) TaskRestored(job string, task int, epoch int64, from checkpoint.ID, d time.Duration) {
 	since := d
 	if o.w != nil {
-		o.w.setTask(task, func(s *taskStatus) {
-			if !s.assigned.IsZero() {
-				since = time.Since(s.assigned)
+		o.w.setTask(task, func(s *status.Task) {
+			if !s.Assigned.IsZero() {
+				since = time.Since(s.Assigned)
 			}
-			s.State, s.Since, s.RestoredFrom, s.Restore, s.Err = stateRunning, time.Now(), from, since, ""
+			s.State, s.Since, s.RestoredFrom, s.Restore, s.Err = status.Running, time.Now(), from, since, ""
 		})
 	}
 	o.metrics.restore.Observe(since.Seconds())
@@ -236,9 +243,9 @@ func (o *observer) TaskRestored(job string, task int, epoch int64, from checkpoi
 func (o *observer) FirstRecord(job string, task int, d time.Duration) {
 	since := d
 	if o.w != nil {
-		o.w.setTask(task, func(s *taskStatus) {
-			if !s.assigned.IsZero() {
-				since = time.Since(s.assigned)
+		o.w.setTask(task, func(s *status.Task) {
+			if !s.Assigned.IsZero() {
+				since = time.Since(s.Assigned)
 			}
 			s.FirstRecord = since
 		})

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/weirstream/weir/worker/internal/status"
 )
 
 // maxStateSlots bounds the workers of one job that share a state directory
@@ -117,7 +119,7 @@ func (w *worker) leftAgo(t int) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if s := w.tasks[t]; s != nil {
-		if s.State == stateRestoring || s.State == stateRunning || s.State == stateStopping {
+		if s.State == status.Restoring || s.State == status.Running || s.State == status.Stopping {
 			return 0
 		}
 		return time.Since(s.Since)

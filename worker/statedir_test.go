@@ -10,6 +10,7 @@ import (
 	"github.com/weirstream/weir/examples/count"
 	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/stream"
+	"github.com/weirstream/weir/worker/internal/status"
 )
 
 func TestLockStateDirGivesEachWorkerItsOwnSlot(t *testing.T) {
@@ -58,10 +59,10 @@ func TestCleanPassDeletesTheStateOfTasksThatLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := &worker{runner: r, log: newLogger(nopWriter{}, "info"), started: time.Now(), tasks: map[int]*taskStatus{
-		1: {Task: 1, State: stateStopped, Since: time.Now().Add(-time.Hour)},
-		2: {Task: 2, State: stateRunning, Since: time.Now().Add(-time.Hour)},
-		3: {Task: 3, State: stateStopped, Since: time.Now()},
+	w := &worker{runner: r, log: newLogger(nopWriter{}, "info"), started: time.Now(), tasks: map[int]*status.Task{
+		1: {ID: 1, State: status.Stopped, Since: time.Now().Add(-time.Hour)},
+		2: {ID: 2, State: status.Running, Since: time.Now().Add(-time.Hour)},
+		3: {ID: 3, State: status.Stopped, Since: time.Now()},
 		// task-4: left by an earlier process on this slot, which this one
 		// has run for less than the delay.
 	}}

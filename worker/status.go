@@ -1,78 +1,39 @@
 package worker
 
 import (
+	"context"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/worker/internal/status"
 )
-
-// Task states, as the status page and /readyz see them.
-const (
-	stateRestoring  = "restoring"
-	stateRunning    = "running"
-	stateStopping   = "stopping"
-	stateStopped    = "stopped"
-	stateSuperseded = "superseded"
-	stateFailed     = "failed"
-)
-
-// recentCheckpoints is how many completed checkpoints of a task the status
-// page keeps.
-const recentCheckpoints = 30
-
-// taskStatus is what the worker knows of one task it runs or ran.
-type taskStatus struct {
-	Task  int       `json:"task"`
-	State string    `json:"state"`
-	Epoch int64     `json:"epoch"`
-	Since time.Time `json:"since"`
-	// RestoredFrom is the checkpoint the task restored (0: fresh start).
-	RestoredFrom checkpoint.ID `json:"restored_from"`
-	// Restore and FirstRecord are measured from the assignment.
-	Restore     time.Duration `json:"restore_ns"`
-	FirstRecord time.Duration `json:"first_record_ns"`
-	Err         string        `json:"error,omitempty"`
-	// Checkpoints are the newest completed checkpoints, oldest first.
-	Checkpoints []checkpointRow             `json:"checkpoints"`
-	Positions   []checkpoint.SourcePosition `json:"positions,omitempty"`
-
-	assigned time.Time
-}
-
-// checkpointRow is one completed checkpoint on the status page.
-type checkpointRow struct {
-	ID          checkpoint.ID `json:"id"`
-	Time        time.Time     `json:"time"`
-	Duration    time.Duration `json:"duration_ns"`
-	Size        int64         `json:"size"`
-	Incremental int64         `json:"incremental"`
-}
 
 // setTask changes task t's status under the worker's lock.
-func (w *worker) setTask(t int, f func(*taskStatus)) {
+func (w *worker) setTask(t int, f func(*status.Task)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := w.tasks[t]
 	if s == nil {
-		s = &taskStatus{Task: t}
+		s = &status.Task{ID: t}
 		w.tasks[t] = s
 	}
 	f(s)
 }
 
 // taskSnapshot returns a copy of every task's status, by task.
-func (w *worker) taskSnapshot() []taskStatus {
+func (w *worker) taskSnapshot() []status.Task {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := make([]taskStatus, 0, len(w.tasks))
+	out := make([]status.Task, 0, len(w.tasks))
 	for _, s := range w.tasks {
 		c := *s
 		c.Checkpoints = slices.Clone(s.Checkpoints)
 		c.Positions = slices.Clone(s.Positions)
 		out = append(out, c)
 	}
-	slices.SortFunc(out, func(a, b taskStatus) int { return a.Task - b.Task })
+	slices.SortFunc(out, func(a, b status.Task) int { return a.ID - b.ID })
 	return out
 }
 
@@ -82,7 +43,7 @@ func (w *worker) positions() []checkpoint.SourcePosition {
 	defer w.mu.Unlock()
 	var out []checkpoint.SourcePosition
 	for _, s := range w.tasks {
-		if s.State == stateRunning || s.State == stateRestoring {
+		if s.State == status.Running || s.State == status.Restoring {
 			out = append(out, s.Positions...)
 		}
 	}
@@ -101,9 +62,41 @@ func (w *worker) ready() (bool, string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, s := range w.tasks {
-		if s.State == stateRestoring {
-			return false, "task " + itoa(s.Task) + " is restoring"
+		if s.State == status.Restoring {
+			return false, "task " + itoa(s.ID) + " is restoring"
 		}
 	}
 	return true, "ok"
+}
+
+// status is what the worker knows of itself now, for the status page and
+// /status.json; with the group, it asks the coordinator for its members.
+func (w *worker) status(ctx context.Context) status.Worker {
+	c := &w.cfg
+	s := status.Worker{Job: c.Job, Name: c.name(), Input: strings.Join(w.inputs, ","), Output: strings.Join(w.outputs, ","), Started: w.started, Now: time.Now(),
+		Tasks: w.taskSnapshot(), RecordsIn: w.stats.In.Load(), RecordsOut: w.stats.Out.Load(), Assignment: "static (--tasks)", Assigned: c.Tasks}
+	s.Ready, s.ReadyWhy = w.ready()
+	w.mu.Lock()
+	if w.stop != nil {
+		s.Stopped, s.StoppedReason, s.StoppedSince = w.stop.Error(), w.stopReason, w.stopSince
+	}
+	w.mu.Unlock()
+	if len(c.Tasks) > 0 {
+		return s
+	}
+	s.Group, s.Assignment, s.Assigned = c.Group(), "consumer group", nil
+	g := w.membership() // nil until the worker joined
+	if g == nil {
+		return s
+	}
+	s.Assigned = g.assignedTasks()
+	dctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	gs, err := g.describe(dctx)
+	cancel()
+	if err != nil {
+		s.GroupErr = err.Error()
+	} else {
+		s.GroupState = &gs
+	}
+	return s
 }

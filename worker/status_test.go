@@ -22,6 +22,7 @@ import (
 
 	"github.com/weirstream/weir/examples/count"
 	"github.com/weirstream/weir/internal/testcluster"
+	"github.com/weirstream/weir/worker/internal/status"
 )
 
 // countWorkers are workers of one count job running in this process, each
@@ -126,10 +127,10 @@ func (ws *countWorkers) stop(t *testing.T) {
 }
 
 // statuses fetches every worker's /status.json.
-func (ws *countWorkers) statuses(ctx context.Context) ([]workerStatus, error) {
-	var out []workerStatus
+func (ws *countWorkers) statuses(ctx context.Context) ([]status.Worker, error) {
+	var out []status.Worker
 	for _, addr := range ws.addrs {
-		var s workerStatus
+		var s status.Worker
 		body, err := fetch(ctx, "http://"+addr+"/status.json")
 		if err == nil {
 			err = json.Unmarshal(body, &s)
@@ -145,7 +146,7 @@ func (ws *countWorkers) statuses(ctx context.Context) ([]workerStatus, error) {
 // waitStatuses polls the workers' /status.json until ok accepts them (nil
 // error) and returns them, or fails the test after within with the last
 // reason.
-func (ws *countWorkers) waitStatuses(t *testing.T, within time.Duration, ok func([]workerStatus) error) []workerStatus {
+func (ws *countWorkers) waitStatuses(t *testing.T, within time.Duration, ok func([]status.Worker) error) []status.Worker {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), within)
 	defer cancel()
@@ -170,7 +171,7 @@ func (ws *countWorkers) waitStatuses(t *testing.T, within time.Duration, ok func
 // group: every worker ready, the group's members exactly the workers
 // (by their status address), their assigned tasks a partition of 0..n-1,
 // and every task running on exactly one worker.
-func settled(ss []workerStatus, addrs []string, n int) error {
+func settled(ss []status.Worker, addrs []string, n int) error {
 	running := map[int][]string{}
 	for i, s := range ss {
 		if !s.Ready {
@@ -183,8 +184,8 @@ func settled(ss []workerStatus, addrs []string, n int) error {
 			return fmt.Errorf("worker %s: %w", addrs[i], err)
 		}
 		for _, ts := range s.Tasks {
-			if ts.State == stateRunning {
-				running[ts.Task] = append(running[ts.Task], addrs[i])
+			if ts.State == status.Running {
+				running[ts.ID] = append(running[ts.ID], addrs[i])
 			}
 		}
 	}
@@ -201,7 +202,7 @@ func settled(ss []workerStatus, addrs []string, n int) error {
 
 // membersPartition reports whether members are the workers at addrs and
 // their tasks are 0..n-1, each once.
-func membersPartition(members []groupMember, addrs []string, n int) error {
+func membersPartition(members []status.Member, addrs []string, n int) error {
 	var https, tasks []string
 	var all []int
 	for _, m := range members {
@@ -255,7 +256,7 @@ func TestStatusPagesOfTwoWorkers(t *testing.T) {
 	const tasks = 6
 	start := time.Now()
 	ws := startCountWorkers(t, 2, tasks, 600)
-	ss := ws.waitStatuses(t, time.Minute, func(ss []workerStatus) error { return settled(ss, ws.addrs, tasks) })
+	ss := ws.waitStatuses(t, time.Minute, func(ss []status.Worker) error { return settled(ss, ws.addrs, tasks) })
 	t.Logf("the group settled %v after the start", time.Since(start).Round(time.Millisecond))
 	for i, s := range ss {
 		if err := membersPartition(s.GroupState.Members, ws.addrs, tasks); err != nil {
@@ -274,7 +275,7 @@ func TestStatusPagesOfTwoWorkers(t *testing.T) {
 			t.Fatalf("page of %s lacks the tasks or members table:\n%s", addr, page)
 		}
 		for _, m := range taskRowTag.FindAllStringSubmatch(page, -1) {
-			if m[2] == stateRunning {
+			if m[2] == status.Running {
 				task, _ := strconv.Atoi(m[1])
 				running[task]++
 			}
@@ -344,17 +345,17 @@ func TestStatusPageScreenshot(t *testing.T) {
 
 	const tasks = 6
 	ws := startCountWorkers(t, 2, tasks, 600)
-	ws.waitStatuses(t, time.Minute, func(ss []workerStatus) error { return settled(ss, ws.addrs, tasks) })
+	ws.waitStatuses(t, time.Minute, func(ss []status.Worker) error { return settled(ss, ws.addrs, tasks) })
 	// Some checkpoints for the charts, with state growing: every record
 	// from now on has a new key.
 	produced := 600
-	ws.waitStatuses(t, time.Minute, func(ss []workerStatus) error {
+	ws.waitStatuses(t, time.Minute, func(ss []status.Worker) error {
 		ws.produce(t, produced, 150, 1<<30)
 		produced += 150
 		for _, s := range ss {
 			for _, ts := range s.Tasks {
-				if ts.State == stateRunning && len(ts.Checkpoints) < 12 {
-					return fmt.Errorf("task %d has %d checkpoints, want 12", ts.Task, len(ts.Checkpoints))
+				if ts.State == status.Running && len(ts.Checkpoints) < 12 {
+					return fmt.Errorf("task %d has %d checkpoints, want 12", ts.ID, len(ts.Checkpoints))
 				}
 			}
 		}

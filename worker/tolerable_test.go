@@ -18,10 +18,12 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/count"
+	"github.com/weirstream/weir/internal/diskfault"
 	"github.com/weirstream/weir/internal/faultproxy"
 	"github.com/weirstream/weir/internal/testcluster"
 	"github.com/weirstream/weir/runtime"
@@ -362,13 +364,14 @@ func s3Outage(t *testing.T) (checkpoint.Storage, *atomic.Bool) {
 	return st, &down
 }
 
-// diskFaults sets WEIR_STATE_FAULTS to a control file and returns a
-// function that writes a fault into it. The worker reads the file every
-// 100 ms at most, so a fault starts or ends within that.
-func diskFaults(t *testing.T) func(mode string) {
+// diskFaults returns the local disk failing as a control file says, for
+// Options.StateFS, and a function that writes a fault into the file. The
+// stores read the file every 100 ms at most, so a fault starts or ends
+// within that.
+func diskFaults(t *testing.T) (vfs.FS, func(mode string)) {
 	file := filepath.Join(t.TempDir(), "faults")
-	t.Setenv(StateFaultsEnv, file)
-	return func(mode string) {
+	fsys := diskfault.New(file, nil).Wrap(vfs.Default)
+	return fsys, func(mode string) {
 		if err := os.WriteFile(file, []byte(mode), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -403,12 +406,12 @@ var faultCases = []faultCase{
 		// MANIFEST edit, which Pebble takes for fatal.
 		interval: 300 * time.Millisecond,
 		setup: func(t *testing.T) (Options, func(bool)) {
-			set := diskFaults(t)
-			return Options{}, func(on bool) {
+			fsys, set := diskFaults(t)
+			return Options{StateFS: fsys}, func(on bool) {
 				if on {
-					set("enospc")
+					set(diskfault.ENOSPC)
 				} else {
-					set("")
+					set(diskfault.None)
 				}
 			}
 		},

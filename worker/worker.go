@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -23,6 +24,7 @@ import (
 	"github.com/weirstream/weir/sink"
 	"github.com/weirstream/weir/source"
 	"github.com/weirstream/weir/state"
+	"github.com/weirstream/weir/worker/internal/status"
 )
 
 // Options are what a caller of Run may add to the configuration. The zero
@@ -44,6 +46,11 @@ type Options struct {
 	// Listening, if set, is called with the address the HTTP server
 	// listens on.
 	Listening func(addr string)
+	// StateFS, if set, is the filesystem of the Pebble state stores
+	// instead of the local disk (state.PebbleOptions.FS): tests wrap the
+	// disk with it to make it fail (internal/diskfault). The memory state
+	// backend touches no disk and ignores it.
+	StateFS vfs.FS
 }
 
 // Run runs one worker of the job cfg names among jobs until opts.Drain is
@@ -72,7 +79,7 @@ func Run(ctx context.Context, cfg Config, jobs []Job, opts Options) error {
 	if cfg.Job == "" && len(jobs) == 1 {
 		cfg.Job = jobs[0].name
 	}
-	w := &worker{cfg: cfg, opts: opts, log: opts.Logger, stats: opts.Stats, tasks: map[int]*taskStatus{}}
+	w := &worker{cfg: cfg, opts: opts, log: opts.Logger, stats: opts.Stats, tasks: map[int]*status.Task{}}
 	if w.log == nil {
 		w.log = newLogger(os.Stderr, cfg.LogLevel)
 	}
@@ -108,7 +115,7 @@ type worker struct {
 	parts           int
 	metrics         *metrics
 	runner          *runtime.Runner
-	group           *membership // nil with static tasks
+	group           *member // nil with static tasks
 	started         time.Time
 	// kgoMetrics are the kgo client metrics of the group and the sources.
 	kgoMetrics *kpromSet
@@ -124,7 +131,7 @@ type worker struct {
 	startMu sync.Mutex
 
 	mu    sync.Mutex
-	tasks map[int]*taskStatus
+	tasks map[int]*status.Task
 	// fatal is the first error that ends the worker.
 	fatal     error
 	cancelRun context.CancelFunc
@@ -286,7 +293,7 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 			TolerableFailures: c.TolerableFailures,
 		},
 		Mode:                  runtime.ExactlyOnce,
-		StateBackend:          stateBackend(c, log),
+		StateBackend:          stateBackend(c, w.opts.StateFS, log),
 		StateDir:              stateDir,
 		BatchSize:             c.Memory.BatchSize,
 		ChannelCapacity:       c.Memory.ChannelCapacity,
@@ -381,9 +388,9 @@ func (w *worker) stopJob(err error) {
 	for _, t := range running {
 		wg.Go(func() {
 			w.runner.Abort(t)
-			w.setTask(t, func(s *taskStatus) {
-				if s.State != stateFailed {
-					s.State, s.Since, s.Err = stateStopped, time.Now(), "stopped with the job: "+reason
+			w.setTask(t, func(s *status.Task) {
+				if s.State != status.Failed {
+					s.State, s.Since, s.Err = status.Stopped, time.Now(), "stopped with the job: "+reason
 				}
 			})
 		})
@@ -495,9 +502,9 @@ func (w *worker) startTask(t int, epoch int64) {
 		w.log.Info("task not started: the job stopped on this worker", "task", t)
 		return
 	}
-	w.setTask(t, func(s *taskStatus) {
-		s.State, s.Epoch, s.Since, s.Err = stateRestoring, epoch, time.Now(), ""
-		s.assigned = time.Now()
+	w.setTask(t, func(s *status.Task) {
+		s.State, s.Epoch, s.Since, s.Err = status.Restoring, epoch, time.Now(), ""
+		s.Assigned = time.Now()
 		s.RestoredFrom, s.Restore, s.FirstRecord = 0, 0, 0
 	})
 	w.metrics.tasksStarted.Inc()
@@ -519,12 +526,12 @@ func (w *worker) stopTask(t int, bound time.Duration, why string) runtime.StopRe
 		return runtime.StopResult{Err: fmt.Errorf("task %d: stopped with the job, without a final checkpoint", t)}
 	}
 	w.log.Info("task revoked", "task", t, "why", why)
-	w.setTask(t, func(s *taskStatus) { s.State, s.Since = stateStopping, time.Now() })
+	w.setTask(t, func(s *status.Task) { s.State, s.Since = status.Stopping, time.Now() })
 	res := w.runner.Stop(t, bound)
 	w.metrics.handoffStop.WithLabelValues(boolLabel(res.Drained)).Observe(res.Took.Seconds())
 	w.log.Info("task released", "task", t, "why", why, "drained", res.Drained, "took", res.Took.Round(time.Millisecond), "err", res.Err)
-	w.setTask(t, func(s *taskStatus) {
-		s.State, s.Since = stateStopped, time.Now()
+	w.setTask(t, func(s *status.Task) {
+		s.State, s.Since = status.Stopped, time.Now()
 		if res.Err != nil {
 			s.Err = res.Err.Error()
 		}
@@ -536,7 +543,7 @@ func (w *worker) stopTask(t int, bound time.Duration, why string) runtime.StopRe
 func (w *worker) abortTask(t int) {
 	w.log.Warn("task lost with the group session: stopping it at once", "task", t)
 	w.runner.Abort(t)
-	w.setTask(t, func(s *taskStatus) { s.State, s.Since = stateStopped, time.Now() })
+	w.setTask(t, func(s *status.Task) { s.State, s.Since = status.Stopped, time.Now() })
 }
 
 // taskEnded hears from the runner when a task ended. A task that fails for
@@ -555,23 +562,23 @@ func (w *worker) taskEnded(t int, err error) {
 		// checkpoint. The worker's other tasks are fine; only a drain
 		// of the whole worker must not pass such a task for a clean stop.
 		w.log.Warn("task handed over while down after a failure; its next owner restores its last checkpoint", "task", t, "err", err)
-		w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateStopped, time.Now(), err.Error() })
+		w.setTask(t, func(s *status.Task) { s.State, s.Since, s.Err = status.Stopped, time.Now(), err.Error() })
 		return
 	case stopsJob(err):
 		// Its checkpoint was taken under another layout: so was every
 		// other task's, whether they noticed yet or not.
-		w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateFailed, time.Now(), err.Error() })
+		w.setTask(t, func(s *status.Task) { s.State, s.Since, s.Err = status.Failed, time.Now(), err.Error() })
 		w.stopJob(err) // it names the task
 		return
 	case errors.Is(err, runtime.ErrSuperseded) && len(w.cfg.Tasks) == 0:
 		w.log.Error("task stopped: a newer owner has it; giving it back to the group", "task", t, "err", err)
-		w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateSuperseded, time.Now(), err.Error() })
+		w.setTask(t, func(s *status.Task) { s.State, s.Since, s.Err = status.Superseded, time.Now(), err.Error() })
 		if g := w.membership(); g != nil {
 			g.giveUp(t)
 		}
 		return
 	}
-	w.setTask(t, func(s *taskStatus) { s.State, s.Since, s.Err = stateFailed, time.Now(), err.Error() })
+	w.setTask(t, func(s *status.Task) { s.State, s.Since, s.Err = status.Failed, time.Now(), err.Error() })
 	w.fail(err)
 }
 
@@ -599,31 +606,18 @@ func (w *worker) fatalErr() error {
 	return w.fatal
 }
 
-// StateFaultsEnv names the control file of disk fault injection into the
-// worker's Pebble stores, a testing hook (chaos runs): see state.DiskFaults.
-// It is not a setting, so no flag, and it is read once at start.
-const StateFaultsEnv = "WEIR_STATE_FAULTS"
-
-// stateBackend opens the keyed state c asks for. The Pebble stores of one
-// worker share one block cache.
-func stateBackend(c *Config, log *slog.Logger) state.Factory {
-	faults := os.Getenv(StateFaultsEnv)
+// stateBackend opens the keyed state c asks for, on fsys if not nil. The
+// Pebble stores of one worker share one block cache.
+func stateBackend(c *Config, fsys vfs.FS, log *slog.Logger) state.Factory {
 	if c.StateBackend == stateBackendMemory {
-		if faults != "" {
-			log.Warn(StateFaultsEnv+" is set, but the memory state backend touches no disk: no faults", "file", faults)
-		}
 		return state.NewMemory(state.MemoryOptions{})
 	}
-	opts := state.PebbleOptions{
+	return state.NewPebble(state.PebbleOptions{
 		MemTableSize: c.StateMemtableSize,
 		CacheSize:    c.StateCacheSize,
 		Logger:       log.With("component", "pebble"),
-	}
-	if faults != "" {
-		log.Warn("disk fault injection is on (a testing hook): the Pebble stores fail as the control file says", "env", StateFaultsEnv, "file", faults)
-		opts.Faults = state.NewDiskFaults(faults, log.With("component", "faults"))
-	}
-	return state.NewPebble(opts)
+		FS:           fsys,
+	})
 }
 
 func boolLabel(b bool) string {

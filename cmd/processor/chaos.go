@@ -41,6 +41,25 @@ import (
 // chaosFaults are the faults the runner knows, in the order it reports them.
 var chaosFaults = []string{"sigkill", "sigstop", "sigterm", "broker-restart", "s3-errors", "s3-latency", "disk-full", "disk-errors"}
 
+// diskFaults are the faults of chaosFaults that the worker processes inject
+// into their own disks: only a test build can (statefaults.go), as
+// production code has no such hook.
+var diskFaults = []string{"disk-full", "disk-errors"}
+
+// stateFaultsEnv names the control file of the disk faults of a worker's
+// Pebble stores (internal/diskfault): the runner sets it for each worker
+// process it starts, and only a test build's `run` reads it
+// (statefaults.go). It is not a setting, so no flag.
+const stateFaultsEnv = "WEIR_STATE_FAULTS"
+
+// defaultChaosFaults are the faults this binary can inject.
+func defaultChaosFaults() []string {
+	if stateFaults != nil {
+		return slices.Clone(chaosFaults)
+	}
+	return slices.DeleteFunc(slices.Clone(chaosFaults), func(f string) bool { return slices.Contains(diskFaults, f) })
+}
+
 type chaosConfig struct {
 	Brokers        []string
 	KafkaDir       string
@@ -92,6 +111,11 @@ func (c *chaosConfig) Validate() error {
 			bad("faults", "unknown fault %q (known: %s)", f, strings.Join(chaosFaults, ", "))
 		}
 	}
+	for _, f := range c.Faults {
+		if slices.Contains(diskFaults, f) && stateFaults == nil {
+			bad("faults", "%s needs a test build, whose workers can make their disks fail: go run -tags weirfaults ./cmd/processor chaos", f)
+		}
+	}
 	if slices.Contains(c.Faults, "broker-restart") && len(c.Brokers) > 0 && c.KafkaDir == "" {
 		bad("faults", "broker-restart needs a broker the runner can restart: leave --brokers empty (it starts one) or give the --kafka-dir of the scripts/kafka broker at --brokers")
 	}
@@ -106,7 +130,7 @@ func (c *chaosConfig) Validate() error {
 
 func parseChaos(args []string, lookup func(string) (string, bool), stderr io.Writer) (chaosConfig, error) {
 	c := chaosConfig{Duration: 3 * time.Minute, Workers: 3, Partitions: 6, Rate: 1000, Keys: 100,
-		Seed: rand.Uint64() % 1_000_000, Faults: slices.Clone(chaosFaults), KafkaScript: "scripts/kafka",
+		Seed: rand.Uint64() % 1_000_000, Faults: defaultChaosFaults(), KafkaScript: "scripts/kafka",
 		SessionTimeout: 6 * time.Second, Interval: time.Second, CatchUp: 3 * time.Minute}
 	fs := cli.NewFlagSet("processor chaos", "Run the count job on --workers worker processes against a real broker and an S3 server for\n--duration, injecting faults at random one after another, then check the output read_committed\nand print a table: each fault and how often, duplicates, missing, longest recovery, checkpoints\nfailed. Exits 1 unless the output is exactly once and the job recovered from every fault.", stderr)
 	fs.Var(cli.List{V: &c.Brokers}, "brokers", "Kafka bootstrap addresses (default: start a broker with --kafka-script in the run's directory)")
@@ -119,7 +143,7 @@ func parseChaos(args []string, lookup func(string) (string, bool), stderr io.Wri
 	fs.IntVar(&c.Rate, "rate", c.Rate, "input records per second, written throughout")
 	fs.IntVar(&c.Keys, "keys", c.Keys, "distinct keys of the input")
 	fs.Uint64Var(&c.Seed, "seed", c.Seed, "seed of the fault schedule (default: random, printed)")
-	fs.Var(cli.List{V: &c.Faults}, "faults", "faults to inject, comma-separated: "+strings.Join(chaosFaults, ", "))
+	fs.Var(cli.List{V: &c.Faults}, "faults", "faults to inject, comma-separated: "+strings.Join(chaosFaults, ", ")+" ("+strings.Join(diskFaults, " and ")+" only in a build with -tags weirfaults)")
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "the workers' group session timeout (sigstop pauses a worker past it)")
 	fs.DurationVar(&c.Interval, "interval", c.Interval, "the workers' checkpoint interval")
 	fs.DurationVar(&c.CatchUp, "catch-up", c.CatchUp, "after the faults, how long the job may take to write the output of all input")
@@ -783,7 +807,7 @@ func logAttr(line, key string) (string, bool) {
 type chaosWorker struct {
 	ch     *chaos
 	i      int
-	faults string // its WEIR_STATE_FAULTS control file
+	faults string // its disk faults' control file (statefaults_weirfaults.go)
 
 	// op serialises starting and stopping, so that a supervisor's restart
 	// never overlaps the runner's stop or start of the same slot: a
@@ -854,7 +878,10 @@ func (w *chaosWorker) startLocked() error {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
-	cmd.Env = append(cmd.Env, "WEIR_STATE_FAULTS="+w.faults,
+	if stateFaults != nil {
+		cmd.Env = append(cmd.Env, stateFaultsEnv+"="+w.faults)
+	}
+	cmd.Env = append(cmd.Env,
 		"AWS_ACCESS_KEY_ID=weir", "AWS_SECRET_ACCESS_KEY=weir-chaos", "AWS_REGION=us-east-1", "AWS_EC2_METADATA_DISABLED=true")
 	cmd.Stdout, cmd.Stderr = f, f
 	if err := cmd.Start(); err != nil {

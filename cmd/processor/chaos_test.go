@@ -3,19 +3,27 @@ package main
 import (
 	"bytes"
 	"context"
+	"log/slog"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/weirstream/weir/internal/diskfault"
 	"github.com/weirstream/weir/internal/testcluster"
 	"github.com/weirstream/weir/worker"
 )
 
 // TestMain lets this test binary be the chaos runner's workers: the runner
 // starts its own executable with `run ...`, which no test binary is
-// otherwise given.
+// otherwise given. Like a weirfaults build, it can make its workers'
+// disks fail (statefaults.go).
 func TestMain(m *testing.M) {
+	stateFaults = func(lookup func(string) (string, bool), log *slog.Logger) vfs.FS {
+		return diskfault.FromEnv(stateFaultsEnv, lookup, log)
+	}
 	if len(os.Args) > 1 && os.Args[1] == "run" {
 		worker.TuneGC()
 		ctx, drain, stop := worker.Signals()

@@ -121,7 +121,11 @@ func runCommand(ctx context.Context, drain <-chan struct{}, args []string, looku
 	if cfg.Job == "" {
 		cfg.Job = "count"
 	}
-	return worker.Run(ctx, cfg, jobs, worker.Options{Logger: newLogger(stderr, cfg.LogLevel), Drain: drain})
+	opts := worker.Options{Logger: newLogger(stderr, cfg.LogLevel), Drain: drain}
+	if stateFaults != nil { // a test build (statefaults.go)
+		opts.StateFS = stateFaults(lookup, opts.Logger)
+	}
+	return worker.Run(ctx, cfg, jobs, opts)
 }
 
 // newLogger returns a text logger on w at level (valid: Parse checked it).

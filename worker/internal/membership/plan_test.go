@@ -1,4 +1,4 @@
-package worker
+package membership
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func TestPlanTasks(t *testing.T) {
+func TestPlan(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		owned [][]int
@@ -29,19 +29,19 @@ func TestPlanTasks(t *testing.T) {
 		{"no tasks", [][]int{nil}, 0, [][]int{nil}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := planTasks(tc.owned, tc.n)
+			got := Plan(tc.owned, tc.n)
 			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-				t.Fatalf("planTasks(%v, %d) = %v, want %v", tc.owned, tc.n, got, tc.want)
+				t.Fatalf("Plan(%v, %d) = %v, want %v", tc.owned, tc.n, got, tc.want)
 			}
 		})
 	}
 }
 
-// TestPlanTasksConverges runs rebalances of random groups to their end:
+// TestPlanConverges runs rebalances of random groups to their end:
 // in every round no task runs twice and nobody gets more than its share;
 // a member only loses tasks (never gets one another member still owns);
 // within two rounds every task runs, spread evenly.
-func TestPlanTasksConverges(t *testing.T) {
+func TestPlanConverges(t *testing.T) {
 	seed := uint64(20261203)
 	rng := rand.New(rand.NewPCG(seed, seed))
 	for iter := range 2000 {
@@ -55,7 +55,7 @@ func TestPlanTasksConverges(t *testing.T) {
 			}
 		}
 		for round := 1; ; round++ {
-			plan := planTasks(owned, n)
+			plan := Plan(owned, n)
 			seen := map[int]bool{}
 			for i, ts := range plan {
 				if len(ts) > (n+m-1)/m {
