@@ -14,8 +14,8 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/nexmark"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/testcluster"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -26,7 +26,7 @@ type collect[T any] struct {
 	out []T
 }
 
-func (c *collect[T]) Open(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+func (c *collect[T]) Open(context.Context, engine.TaskInfo, []checkpoint.Committable) (engine.SinkWriter[T], error) {
 	return c, nil
 }
 
@@ -109,7 +109,7 @@ func TestNexmarkAcrossWorkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runtime.Run(ctx, plan, runtime.Config{Tasks: []int{0}, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}), StateDir: t.TempDir()}); err != nil {
+	if err := engine.Run(ctx, plan, engine.Config{Tasks: []int{0}, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}), StateDir: t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
 	newest := map[int32]int64{}

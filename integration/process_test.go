@@ -441,7 +441,7 @@ func isMsg(msg string, task int) func(string) bool {
 	}
 }
 
-// Messages the runtime logs (runtime/, checkpoint/): tests wait for them.
+// Messages the engine logs (internal/engine/, checkpoint/): tests wait for them.
 const (
 	msgCheckpointComplete = "checkpoint complete"
 	msgRestoring          = "restoring"

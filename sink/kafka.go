@@ -11,12 +11,12 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 )
 
 // KafkaSink is a Kafka sink of a job: it opens each task's writer
-// (runtime.SinkOpener) and, with exactly-once delivery, tells a restore
-// what became of its writers' transactions (runtime.Committer), from the
+// (engine.SinkOpener) and, with exactly-once delivery, tells a restore
+// what became of its writers' transactions (engine.Committer), from the
 // transaction coordinator's record.
 type KafkaSink[T any] struct{ cfg Config[T] }
 
@@ -31,10 +31,10 @@ func Kafka[T any](cfg Config[T]) (*KafkaSink[T], error) {
 	return &KafkaSink[T]{cfg: cfg}, nil
 }
 
-// Open implements runtime.SinkOpener: the writer of one task. With
+// Open implements engine.SinkOpener: the writer of one task. With
 // exactly-once delivery it commits restored first, then initialises every
 // transactional id of the task's pool (recovery order, see DESIGN.md).
-func (k *KafkaSink[T]) Open(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+func (k *KafkaSink[T]) Open(ctx context.Context, info engine.TaskInfo, restored []checkpoint.Committable) (engine.SinkWriter[T], error) {
 	cfg := k.cfg
 	log := info.Logger
 	if log == nil {
@@ -51,18 +51,18 @@ func (k *KafkaSink[T]) Open(ctx context.Context, info runtime.TaskInfo, restored
 	return openTxn(ctx, cfg, info, log, restored)
 }
 
-// CheckCommittables implements runtime.Committer with Check.
-func (k *KafkaSink[T]) CheckCommittables(ctx context.Context, cs []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
+// CheckCommittables implements engine.Committer with Check.
+func (k *KafkaSink[T]) CheckCommittables(ctx context.Context, cs []checkpoint.Committable) ([]engine.CommitOutcome, error) {
 	return k.ask(ctx, cs, Check)
 }
 
-// AbortCommittables implements runtime.Committer with Abort.
-func (k *KafkaSink[T]) AbortCommittables(ctx context.Context, cs []checkpoint.Committable) ([]runtime.CommitOutcome, error) {
+// AbortCommittables implements engine.Committer with Abort.
+func (k *KafkaSink[T]) AbortCommittables(ctx context.Context, cs []checkpoint.Committable) ([]engine.CommitOutcome, error) {
 	return k.ask(ctx, cs, Abort)
 }
 
 // ask runs f with a client of its own: restores are rare.
-func (k *KafkaSink[T]) ask(ctx context.Context, cs []checkpoint.Committable, f func(context.Context, *kgo.Client, []checkpoint.Committable) ([]Status, error)) ([]runtime.CommitOutcome, error) {
+func (k *KafkaSink[T]) ask(ctx context.Context, cs []checkpoint.Committable, f func(context.Context, *kgo.Client, []checkpoint.Committable) ([]Status, error)) ([]engine.CommitOutcome, error) {
 	if len(cs) == 0 {
 		return nil, nil
 	}
@@ -75,7 +75,7 @@ func (k *KafkaSink[T]) ask(ctx context.Context, cs []checkpoint.Committable, f f
 	if err != nil {
 		return nil, err
 	}
-	out := make([]runtime.CommitOutcome, len(sts))
+	out := make([]engine.CommitOutcome, len(sts))
 	for i, st := range sts {
 		out[i] = st.Outcome
 	}
@@ -121,7 +121,7 @@ func (a *asyncErr) get() error {
 
 type txnWriter[T any] struct {
 	cfg  Config[T]
-	info runtime.TaskInfo
+	info engine.TaskInfo
 	log  *slog.Logger
 	ids  []string
 
@@ -136,7 +136,7 @@ type txnWriter[T any] struct {
 	promises []func(*kgo.Record, error)
 }
 
-func openTxn[T any](ctx context.Context, cfg Config[T], info runtime.TaskInfo, log *slog.Logger, restored []checkpoint.Committable) (_ *txnWriter[T], err error) {
+func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, log *slog.Logger, restored []checkpoint.Committable) (_ *txnWriter[T], err error) {
 	prefix := cfg.TransactionalIDPrefix
 	if prefix == "" {
 		prefix = DefaultTransactionalIDPrefix(info.Job, info.Operator)
@@ -262,7 +262,7 @@ func (w *txnWriter[T]) openNext() {
 
 func (w *txnWriter[T]) Write(ctx context.Context, v T) error { return w.WriteAt(ctx, v, -1) }
 
-// WriteAt implements runtime.TimestampWriter.
+// WriteAt implements engine.TimestampWriter.
 func (w *txnWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
 	if err := w.failed.get(); err != nil {
 		return err
@@ -274,8 +274,8 @@ func (w *txnWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
 	return w.produce(ctx, r)
 }
 
-// Watermark implements runtime.WatermarkWriter.
-func (w *txnWriter[T]) Watermark(wm runtime.Watermark) { w.marks.take(wm) }
+// Watermark implements engine.WatermarkWriter.
+func (w *txnWriter[T]) Watermark(wm engine.Watermark) { w.marks.take(wm) }
 
 // produce writes r into the open transaction, beginning one if needed.
 func (w *txnWriter[T]) produce(ctx context.Context, r *kgo.Record) error {
@@ -394,7 +394,7 @@ type plainWriter[T any] struct {
 	promised func(*kgo.Record, error)
 }
 
-func openPlain[T any](cfg Config[T], info runtime.TaskInfo, log *slog.Logger) (*plainWriter[T], error) {
+func openPlain[T any](cfg Config[T], info engine.TaskInfo, log *slog.Logger) (*plainWriter[T], error) {
 	opts := cfg.clientOpts()
 	if cfg.delivery() == None && !cfg.Watermarks {
 		// Watermark markers must stay behind the records they follow,
@@ -414,7 +414,7 @@ func openPlain[T any](cfg Config[T], info runtime.TaskInfo, log *slog.Logger) (*
 
 func (w *plainWriter[T]) Write(ctx context.Context, v T) error { return w.WriteAt(ctx, v, -1) }
 
-// WriteAt implements runtime.TimestampWriter.
+// WriteAt implements engine.TimestampWriter.
 func (w *plainWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
 	if err := w.failed.get(); err != nil {
 		return err
@@ -427,8 +427,8 @@ func (w *plainWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
 	return nil
 }
 
-// Watermark implements runtime.WatermarkWriter.
-func (w *plainWriter[T]) Watermark(wm runtime.Watermark) { w.marks.take(wm) }
+// Watermark implements engine.WatermarkWriter.
+func (w *plainWriter[T]) Watermark(wm engine.Watermark) { w.marks.take(wm) }
 
 func (w *plainWriter[T]) promise(r *kgo.Record, err error) {
 	if err == nil {

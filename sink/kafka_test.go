@@ -14,8 +14,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/testcluster"
-	"github.com/weirstream/weir/runtime"
 )
 
 // These tests run on kfake by default and on the broker named by
@@ -65,13 +65,13 @@ func (e *env) config() Config[string] {
 	}
 }
 
-func (e *env) open(cfg Config[string], restored []checkpoint.Committable) (runtime.SinkWriter[string], error) {
+func (e *env) open(cfg Config[string], restored []checkpoint.Committable) (engine.SinkWriter[string], error) {
 	e.t.Helper()
 	f, err := Kafka(cfg)
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	info := runtime.TaskInfo{Job: "job", Task: 0, Operator: "out", Logger: slog.New(slog.NewTextHandler(testWriter{e.t}, nil))}
+	info := engine.TaskInfo{Job: "job", Task: 0, Operator: "out", Logger: slog.New(slog.NewTextHandler(testWriter{e.t}, nil))}
 	return f.Open(ctx(e.t), info, restored)
 }
 
@@ -92,7 +92,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func write(t *testing.T, w runtime.SinkWriter[string], vs ...string) {
+func write(t *testing.T, w engine.SinkWriter[string], vs ...string) {
 	t.Helper()
 	for _, v := range vs {
 		if err := w.Write(ctx(t), v); err != nil {
@@ -101,7 +101,7 @@ func write(t *testing.T, w runtime.SinkWriter[string], vs ...string) {
 	}
 }
 
-func preCommit(t *testing.T, w runtime.SinkWriter[string], id checkpoint.ID) []checkpoint.Committable {
+func preCommit(t *testing.T, w engine.SinkWriter[string], id checkpoint.ID) []checkpoint.Committable {
 	t.Helper()
 	cs, err := w.PreCommit(ctx(t), id)
 	if err != nil {
@@ -110,7 +110,7 @@ func preCommit(t *testing.T, w runtime.SinkWriter[string], id checkpoint.ID) []c
 	return cs
 }
 
-func commit(t *testing.T, w runtime.SinkWriter[string], id checkpoint.ID) {
+func commit(t *testing.T, w engine.SinkWriter[string], id checkpoint.ID) {
 	t.Helper()
 	if err := w.Commit(ctx(t), id); err != nil {
 		t.Fatalf("commit %d: %v", id, err)
@@ -295,7 +295,7 @@ func TestExactlyOnceCommittedRecognised(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("committed by its owner: %+v", sts[0])
-	if sts[0].Outcome != runtime.CommitDone {
+	if sts[0].Outcome != engine.CommitDone {
 		t.Fatalf("outcome %v, want committed", sts[0].Outcome)
 	}
 	crash(w)
@@ -505,7 +505,7 @@ func TestAbort(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("abort: committed one %+v; open one %+v", sts[0], sts[1])
-	if sts[0].Outcome != runtime.CommitDone || sts[1].Outcome != runtime.CommitLost {
+	if sts[0].Outcome != engine.CommitDone || sts[1].Outcome != engine.CommitLost {
 		t.Fatalf("outcomes %v, %v; want committed (done before), lost (aborted)", sts[0].Outcome, sts[1].Outcome)
 	}
 	crash(w)
@@ -542,7 +542,7 @@ func TestEventTimeStamps(t *testing.T) {
 			defer w.Close()
 			event := int64(1_700_000_000_123)
 			before := time.Now().Add(-time.Second)
-			tw := w.(runtime.TimestampWriter[string])
+			tw := w.(engine.TimestampWriter[string])
 			for _, v := range []string{"event", "own"} {
 				if err := tw.WriteAt(ctx(t), v, event); err != nil {
 					t.Fatal(err)

@@ -9,8 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/marker"
-	"github.com/weirstream/weir/runtime"
 )
 
 // marks writes a task's watermark into every partition of the sink's
@@ -24,18 +24,18 @@ type marks struct {
 	opts    []kgo.Opt
 	topic   string
 	task    int
-	cur     runtime.Watermark
+	cur     engine.Watermark
 	have    bool // a watermark came
 	written bool // cur was written
 	parts   int  // the topic's partitions; 0 until looked up
 }
 
-func newMarks[T any](cfg Config[T], info runtime.TaskInfo) marks {
+func newMarks[T any](cfg Config[T], info engine.TaskInfo) marks {
 	return marks{on: cfg.Watermarks, brokers: cfg.Brokers, opts: cfg.ClientOpts, topic: cfg.Topic, task: info.Task}
 }
 
 // take is the runtime's watermark.
-func (m *marks) take(w runtime.Watermark) {
+func (m *marks) take(w engine.Watermark) {
 	if !m.on || m.have && w == m.cur {
 		return
 	}

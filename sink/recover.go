@@ -12,13 +12,13 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 )
 
 // Status is what Check found for one committable.
 type Status struct {
 	Committable checkpoint.Committable
-	Outcome     runtime.CommitOutcome
+	Outcome     engine.CommitOutcome
 	// State, ProducerID and Epoch are the coordinator's record of the
 	// transactional id: a DescribeTransactions state ("Ongoing",
 	// "CompleteCommit", ...), or "NotFound" when it has none.
@@ -142,9 +142,9 @@ func Validate(ctx context.Context, cl *kgo.Client, committables []checkpoint.Com
 	var errs []error
 	for _, st := range sts {
 		switch st.Outcome {
-		case runtime.CommitLost:
+		case engine.CommitLost:
 			errs = append(errs, st.lostError())
-		case runtime.CommitUnknown:
+		case engine.CommitUnknown:
 			errs = append(errs, st.unknownError())
 		}
 	}
@@ -175,7 +175,7 @@ func (st Status) lostError() *LostError {
 
 // classify is the decision table of Check without the probe: ok false means
 // the record is not conclusive.
-func classify(tv int16, c checkpoint.Committable, state string, pid int64, epoch int16) (runtime.CommitOutcome, bool) {
+func classify(tv int16, c checkpoint.Committable, state string, pid int64, epoch int16) (engine.CommitOutcome, bool) {
 	committedEpoch := c.Epoch
 	if tv >= 2 {
 		// Under KIP-890 part 2 ending a transaction bumps the epoch.
@@ -185,19 +185,19 @@ func classify(tv int16, c checkpoint.Committable, state string, pid int64, epoch
 	case state == stateNotFound, pid != c.ProducerID:
 		// The coordinator forgot this producer's transactions: whether
 		// ours committed is for checkpoint storage's record to say.
-		return runtime.CommitUnknown, true
+		return engine.CommitUnknown, true
 	case state == "PrepareAbort", state == "CompleteAbort", state == "PrepareEpochFence", state == "Dead":
-		return runtime.CommitLost, true
+		return engine.CommitLost, true
 	case state == "Ongoing" && epoch == c.Epoch:
-		return runtime.CommitResumable, true
+		return engine.CommitResumable, true
 	case (state == "PrepareCommit" || state == "CompleteCommit") && epoch == committedEpoch:
-		return runtime.CommitDone, true
+		return engine.CommitDone, true
 	case epoch < c.Epoch:
 		// The coordinator never goes back; this record is not of our
 		// transaction's producer.
-		return runtime.CommitLost, true
+		return engine.CommitLost, true
 	}
-	return runtime.CommitLost, false
+	return engine.CommitLost, false
 }
 
 const stateNotFound = "NotFound"
@@ -220,7 +220,7 @@ func check(ctx context.Context, cl *kgo.Client, tv int16, c checkpoint.Committab
 		return st, err
 	}
 	if perr == nil {
-		st.Outcome = runtime.CommitDone
+		st.Outcome = engine.CommitDone
 	}
 	st.Refusal = perr
 	return st, nil
@@ -324,10 +324,10 @@ func commitRestored(ctx context.Context, cl *kgo.Client, committables []checkpoi
 			return nil, err
 		}
 		switch st.Outcome {
-		case runtime.CommitLost:
+		case engine.CommitLost:
 			lost = append(lost, st.lostError())
 			continue
-		case runtime.CommitUnknown:
+		case engine.CommitUnknown:
 			lost = append(lost, st.unknownError())
 			continue
 		}
@@ -357,7 +357,7 @@ func endOne(ctx context.Context, cl *kgo.Client, tv int16, c checkpoint.Committa
 		if err != nil {
 			return st, err
 		}
-		if st.Outcome != runtime.CommitResumable {
+		if st.Outcome != engine.CommitResumable {
 			if st.Refusal == nil {
 				st.Refusal = refusal
 			}

@@ -10,8 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/testcluster"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/source"
 )
 
@@ -91,7 +91,7 @@ func values(prefix string, from, to int) []string {
 }
 
 // openReader opens task's reader of cfg.
-func openReader[T any](t *testing.T, cfg source.Config[T], task int, restored []checkpoint.SourcePosition) runtime.SourceReader[T] {
+func openReader[T any](t *testing.T, cfg source.Config[T], task int, restored []checkpoint.SourcePosition) engine.SourceReader[T] {
 	t.Helper()
 	r, err := openReaderErr(t, cfg, task, restored)
 	if err != nil {
@@ -101,26 +101,26 @@ func openReader[T any](t *testing.T, cfg source.Config[T], task int, restored []
 	return r
 }
 
-func openReaderErr[T any](t *testing.T, cfg source.Config[T], task int, restored []checkpoint.SourcePosition) (runtime.SourceReader[T], error) {
+func openReaderErr[T any](t *testing.T, cfg source.Config[T], task int, restored []checkpoint.SourcePosition) (engine.SourceReader[T], error) {
 	t.Helper()
 	f, err := source.Kafka(cfg)
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
-	return f(testCtx(t), runtime.TaskInfo{Job: "job", Task: task, Operator: "src"}, restored)
+	return f(testCtx(t), engine.TaskInfo{Job: "job", Task: task, Operator: "src"}, restored)
 }
 
 // drain polls r until it returned n records in all, failing t at the
 // deadline or if a poll fails.
-func drain[T any](t *testing.T, r runtime.SourceReader[T], n int) runtime.Batch[T] {
+func drain[T any](t *testing.T, r engine.SourceReader[T], n int) engine.Batch[T] {
 	t.Helper()
-	var all runtime.Batch[T]
+	var all engine.Batch[T]
 	deadline := time.Now().Add(waitFor)
 	for all.Len() < n {
 		if time.Now().After(deadline) {
 			t.Fatalf("got %d of %d records within %v: %v", all.Len(), n, waitFor, all.Values)
 		}
-		var b runtime.Batch[T]
+		var b engine.Batch[T]
 		if err := r.Poll(testCtx(t), &b); err != nil {
 			t.Fatalf("poll after %d records: %v", all.Len(), err)
 		}
@@ -136,10 +136,10 @@ func drain[T any](t *testing.T, r runtime.SourceReader[T], n int) runtime.Batch[
 
 // assertQuiet polls a few times and fails if a record comes: used after a
 // reader returned all records produced, to catch duplicates.
-func assertQuiet[T any](t *testing.T, r runtime.SourceReader[T]) {
+func assertQuiet[T any](t *testing.T, r engine.SourceReader[T]) {
 	t.Helper()
 	for range 3 {
-		var b runtime.Batch[T]
+		var b engine.Batch[T]
 		if err := r.Poll(testCtx(t), &b); err != nil {
 			t.Fatalf("poll: %v", err)
 		}

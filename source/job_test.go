@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/testcluster"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/source"
 	"github.com/weirstream/weir/stream"
 )
@@ -55,9 +55,9 @@ func (s *committedSink) snapshot() []string {
 	return slices.Clone(s.out)
 }
 
-func (s *committedSink) factory() runtime.SinkFactory[string] {
+func (s *committedSink) factory() engine.SinkFactory[string] {
 	var opens atomic.Int64
-	return func(_ context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[string], error) {
+	return func(_ context.Context, info engine.TaskInfo, restored []checkpoint.Committable) (engine.SinkWriter[string], error) {
 		for _, c := range restored {
 			var tx sinkTxn
 			if err := json.Unmarshal(c.Data, &tx); err != nil {
@@ -71,7 +71,7 @@ func (s *committedSink) factory() runtime.SinkFactory[string] {
 
 type sinkWriter struct {
 	s        *committedSink
-	info     runtime.TaskInfo
+	info     engine.TaskInfo
 	open     int64
 	pending  []string
 	prepared map[checkpoint.ID]sinkTxn
@@ -173,7 +173,7 @@ func TestRunsInJob(t *testing.T) {
 	ctx, cancel := context.WithCancel(testCtx(t))
 	done := make(chan error, 1)
 	go func() {
-		done <- runtime.Run(ctx, plan, runtime.Config{
+		done <- engine.Run(ctx, plan, engine.Config{
 			Tasks:          []int{0, 1},
 			Storage:        checkpoint.NewMemory(checkpoint.MemoryOptions{}),
 			Checkpoint:     checkpoint.Config{Interval: 5 * time.Millisecond, Timeout: 10 * time.Second},
@@ -217,7 +217,7 @@ func TestRunsInJob(t *testing.T) {
 // checkpoint.
 // checkpoint, and closes done once it reached reached.
 type positionObserver struct {
-	runtime.NopObserver
+	engine.NopObserver
 	task1   atomic.Int64
 	reached int64
 	once    sync.Once

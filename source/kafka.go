@@ -15,8 +15,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/marker"
-	"github.com/weirstream/weir/runtime"
 )
 
 // Headers a dead-lettered record carries besides its own.
@@ -30,7 +30,7 @@ const (
 // DecodeError is the error a reader fails with when a record does not decode
 // and OnDecodeError is Fail. Position names the record.
 type DecodeError struct {
-	Position runtime.Position
+	Position engine.Position
 	Err      error
 }
 
@@ -39,14 +39,14 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 
 // Kafka validates cfg and returns a factory of readers: the reader of task p
 // reads partition p of every topic of cfg.Topics.
-func Kafka[T any](cfg Config[T]) (runtime.SourceFactory[T], error) {
+func Kafka[T any](cfg Config[T]) (engine.SourceFactory[T], error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("kafka source: %w", err)
 	}
 	cfg.Brokers = slices.Clone(cfg.Brokers)
 	cfg.Topics = slices.Clone(cfg.Topics)
 	cfg.ClientOpts = slices.Clone(cfg.ClientOpts)
-	return func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.SourcePosition) (runtime.SourceReader[T], error) {
+	return func(ctx context.Context, info engine.TaskInfo, restored []checkpoint.SourcePosition) (engine.SourceReader[T], error) {
 		r, err := open(ctx, &cfg, info, restored)
 		if err != nil {
 			return nil, fmt.Errorf("kafka source %s, task %d: %w", info.Operator, info.Task, err)
@@ -81,7 +81,7 @@ type reader[T any] struct {
 	marks map[string]*upstream
 }
 
-func open[T any](ctx context.Context, cfg *Config[T], info runtime.TaskInfo, restored []checkpoint.SourcePosition) (_ *reader[T], err error) {
+func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, restored []checkpoint.SourcePosition) (_ *reader[T], err error) {
 	if info.Task < 0 || info.Task > math.MaxInt32 {
 		return nil, fmt.Errorf("task index %d is not a partition number", info.Task)
 	}
@@ -232,10 +232,10 @@ func (r *reader[T]) restore(restored []checkpoint.SourcePosition) error {
 	return nil
 }
 
-// Poll implements runtime.SourceReader. It waits at most PollWait for
+// Poll implements engine.SourceReader. It waits at most PollWait for
 // records; what franz-go fetched beyond MaxPollRecords stays buffered in the
 // client and comes with the next call.
-func (r *reader[T]) Poll(ctx context.Context, b *runtime.Batch[T]) error {
+func (r *reader[T]) Poll(ctx context.Context, b *engine.Batch[T]) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -338,11 +338,11 @@ func (r *reader[T]) bounds(ctx context.Context, topic string) (start, end int64,
 
 // take decodes rec into b, or dead-letters it, and only then counts its
 // offset as consumed.
-func (r *reader[T]) take(ctx context.Context, b *runtime.Batch[T], rec *kgo.Record) error {
+func (r *reader[T]) take(ctx context.Context, b *engine.Batch[T], rec *kgo.Record) error {
 	if _, ok := r.next[rec.Topic]; !ok || rec.Partition != r.part {
 		return fmt.Errorf("fetched record %s/%d@%d that task %d does not read", rec.Topic, rec.Partition, rec.Offset, r.part)
 	}
-	pos := runtime.Position{Source: r.source, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp.UnixMilli()}
+	pos := engine.Position{Source: r.source, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp.UnixMilli()}
 	if r.cfg.Watermarks && marker.Is(rec) {
 		if err := r.mark(rec); err != nil {
 			return fmt.Errorf("record %s: %w", pos, err)
@@ -408,7 +408,7 @@ func (r *reader[T]) deadLetter(ctx context.Context, rec *kgo.Record, decodeErr e
 	return r.cl.ProduceSync(ctx, dl).FirstErr()
 }
 
-// Positions implements runtime.SourceReader: per input topic, the offset
+// Positions implements engine.SourceReader: per input topic, the offset
 // after the last record Poll returned from partition p.
 func (r *reader[T]) Positions() []checkpoint.SourcePosition {
 	out := make([]checkpoint.SourcePosition, 0, len(r.cfg.Topics))
@@ -426,7 +426,7 @@ func (r *reader[T]) Positions() []checkpoint.SourcePosition {
 	return out
 }
 
-// Close implements runtime.SourceReader. It closes the client; records it
+// Close implements engine.SourceReader. It closes the client; records it
 // buffered are dropped, which is safe: a reopened task restores from its
 // checkpoint.
 func (r *reader[T]) Close() error {

@@ -13,8 +13,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/testcluster"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/source"
 )
 
@@ -68,7 +68,7 @@ func TestPositionsFollowPoll(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("got %v within %v", seen, waitFor)
 		}
-		var b runtime.Batch[string]
+		var b engine.Batch[string]
 		if err := r.Poll(testCtx(t), &b); err != nil {
 			t.Fatal(err)
 		}
@@ -267,7 +267,7 @@ func TestRestoredOffsetOutOfRange(t *testing.T) {
 		[]checkpoint.SourcePosition{{Source: "src", Topic: topic, Partition: 0, Offset: 100}})
 	deadline := time.Now().Add(waitFor)
 	for {
-		var b runtime.Batch[string]
+		var b engine.Batch[string]
 		err := r.Poll(testCtx(t), &b)
 		if b.Len() > 0 {
 			t.Fatalf("records %v from an out-of-range position", b.Values)
@@ -383,11 +383,11 @@ func TestDecodeFailure(t *testing.T) {
 	})
 }
 
-func pollUntilError[T any](t *testing.T, r runtime.SourceReader[T]) error {
+func pollUntilError[T any](t *testing.T, r engine.SourceReader[T]) error {
 	t.Helper()
 	deadline := time.Now().Add(waitFor)
 	for time.Now().Before(deadline) {
-		var b runtime.Batch[T]
+		var b engine.Batch[T]
 		if err := r.Poll(testCtx(t), &b); err != nil {
 			return err
 		}
@@ -424,7 +424,7 @@ func TestIdlePollReturnsPromptly(t *testing.T) {
 	// fetch max wait that an unbounded poll would sit in.
 	const bound = 500 * time.Millisecond
 	for i := range 5 {
-		var b runtime.Batch[string]
+		var b engine.Batch[string]
 		start := time.Now()
 		if err := r.Poll(testCtx(t), &b); err != nil {
 			t.Fatal(err)
@@ -436,7 +436,7 @@ func TestIdlePollReturnsPromptly(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(testCtx(t))
 	cancel()
-	var b runtime.Batch[string]
+	var b engine.Batch[string]
 	if err := r.Poll(ctx, &b); !errors.Is(err, context.Canceled) {
 		t.Fatalf("poll with a cancelled context: %v", err)
 	}

@@ -10,8 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/testcluster"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/source"
 )
 
@@ -126,7 +126,7 @@ func TestRestoreRefusesChangedLayout(t *testing.T) {
 		t.Helper()
 		r, err := openReaderErr(t, source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str}, 0, saved)
 		if err == nil {
-			var b runtime.Batch[string]
+			var b engine.Batch[string]
 			_ = r.Poll(testCtx(t), &b)
 			r.Close()
 			t.Fatalf("restored; the first poll read %v", b.Values)
@@ -198,7 +198,7 @@ func TestLogLost(t *testing.T) {
 		[]checkpoint.SourcePosition{{Source: "src", Topic: topic, Partition: 0, Offset: 2}})
 	deadline := time.Now().Add(waitFor)
 	for {
-		var b runtime.Batch[string]
+		var b engine.Batch[string]
 		err := r.Poll(testCtx(t), &b)
 		if b.Len() > 0 {
 			t.Fatalf("records %v from a position below the log start", b.Values)

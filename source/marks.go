@@ -8,8 +8,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/marker"
-	"github.com/weirstream/weir/runtime"
 )
 
 // upstream is the last marker of each task that writes into a split
@@ -41,9 +41,9 @@ func (u *upstream) take(m marker.Mark) error {
 
 // watermark is the least watermark of the tasks not idle: nothing until
 // each task wrote a marker, idle when all are.
-func (u *upstream) watermark() runtime.Watermark {
+func (u *upstream) watermark() engine.Watermark {
 	if u == nil {
-		return runtime.Watermark{Millis: math.MinInt64}
+		return engine.Watermark{Millis: math.MinInt64}
 	}
 	low, active := int64(math.MaxInt64), false
 	for _, w := range u.marks {
@@ -57,9 +57,9 @@ func (u *upstream) watermark() runtime.Watermark {
 		for _, w := range u.marks {
 			low = max(low, w.Watermark)
 		}
-		return runtime.Watermark{Millis: low, Idle: true}
+		return engine.Watermark{Millis: low, Idle: true}
 	}
-	return runtime.Watermark{Millis: low}
+	return engine.Watermark{Millis: low}
 }
 
 func (u *upstream) positions() []checkpoint.UpstreamWatermark { return slices.Clone(u.marks) }
@@ -82,7 +82,7 @@ func (r *reader[T]) mark(rec *kgo.Record) error {
 // watermarks (Config.Watermarks).
 type markedReader[T any] struct{ *reader[T] }
 
-// SplitWatermark implements runtime.WatermarkReader.
-func (r markedReader[T]) SplitWatermark(topic string, _ int32) runtime.Watermark {
+// SplitWatermark implements engine.WatermarkReader.
+func (r markedReader[T]) SplitWatermark(topic string, _ int32) engine.Watermark {
 	return r.marks[topic].watermark()
 }

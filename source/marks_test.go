@@ -10,8 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/testcluster"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/sink"
 	"github.com/weirstream/weir/source"
 )
@@ -40,9 +40,9 @@ func TestWatermarkMarkers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writers := make([]runtime.SinkWriter[string], 2)
+	writers := make([]engine.SinkWriter[string], 2)
 	for task := range writers {
-		w, err := f.Open(ctx, runtime.TaskInfo{Job: "job", Task: task, Operator: "write"}, nil)
+		w, err := f.Open(ctx, engine.TaskInfo{Job: "job", Task: task, Operator: "write"}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func TestWatermarkMarkers(t *testing.T) {
 	}
 	// checkpoint writes vals and then watermark wm (if set) as task's
 	// checkpoint id, and commits it.
-	checkpoint := func(task int, id checkpoint.ID, wm *runtime.Watermark, vals ...string) {
+	checkpoint := func(task int, id checkpoint.ID, wm *engine.Watermark, vals ...string) {
 		t.Helper()
 		w := writers[task]
 		for _, v := range vals {
@@ -60,7 +60,7 @@ func TestWatermarkMarkers(t *testing.T) {
 			}
 		}
 		if wm != nil {
-			w.(runtime.WatermarkWriter).Watermark(*wm)
+			w.(engine.WatermarkWriter).Watermark(*wm)
 		}
 		if _, err := w.PreCommit(ctx, id); err != nil {
 			t.Fatal(err)
@@ -70,18 +70,18 @@ func TestWatermarkMarkers(t *testing.T) {
 		}
 	}
 	rcfg := source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str, Watermarks: true}
-	readers := []runtime.SourceReader[string]{openReader(t, rcfg, 0, nil), openReader(t, rcfg, 1, nil)}
+	readers := []engine.SourceReader[string]{openReader(t, rcfg, 0, nil), openReader(t, rcfg, 1, nil)}
 	var got []string
 	// until polls both readers until they returned n records in all and
 	// each split's watermark is want.
-	until := func(n int, want runtime.Watermark) {
+	until := func(n int, want engine.Watermark) {
 		t.Helper()
 		deadline := time.Now().Add(waitFor)
 		for {
 			done := len(got) >= n
-			var wms []runtime.Watermark
+			var wms []engine.Watermark
 			for p, r := range readers {
-				var b runtime.Batch[string]
+				var b engine.Batch[string]
 				if err := r.Poll(ctx, &b); err != nil {
 					t.Fatal(err)
 				}
@@ -91,7 +91,7 @@ func TestWatermarkMarkers(t *testing.T) {
 						t.Fatalf("reader %d returned %v", p, pos)
 					}
 				}
-				w := r.(runtime.WatermarkReader).SplitWatermark(topic, int32(p))
+				w := r.(engine.WatermarkReader).SplitWatermark(topic, int32(p))
 				wms = append(wms, w)
 				done = done && w == want
 			}
@@ -103,18 +103,18 @@ func TestWatermarkMarkers(t *testing.T) {
 			}
 		}
 	}
-	wm := func(ms int64, idle bool) *runtime.Watermark { return &runtime.Watermark{Millis: ms, Idle: idle} }
+	wm := func(ms int64, idle bool) *engine.Watermark { return &engine.Watermark{Millis: ms, Idle: idle} }
 
 	checkpoint(0, 1, wm(100, false), "a", "b", "c", "d")
-	until(4, runtime.Watermark{Millis: math.MinInt64}) // task 1 has not written one
+	until(4, engine.Watermark{Millis: math.MinInt64}) // task 1 has not written one
 	checkpoint(1, 1, wm(50, false), "e")
-	until(5, runtime.Watermark{Millis: 50})
+	until(5, engine.Watermark{Millis: 50})
 	checkpoint(1, 2, wm(150, true)) // task 1 idle: task 0's counts
-	until(5, runtime.Watermark{Millis: 100})
+	until(5, engine.Watermark{Millis: 100})
 	checkpoint(0, 2, wm(200, true)) // both idle
-	until(5, runtime.Watermark{Millis: 200, Idle: true})
+	until(5, engine.Watermark{Millis: 200, Idle: true})
 	checkpoint(1, 3, wm(300, false), "f")
-	until(6, runtime.Watermark{Millis: 300})
+	until(6, engine.Watermark{Millis: 300})
 	slices.Sort(got)
 	if want := []string{"a", "b", "c", "d", "e", "f"}; !slices.Equal(got, want) {
 		t.Fatalf("records %v, want %v: markers must not be records", got, want)
@@ -149,10 +149,10 @@ func TestWatermarkMarkers(t *testing.T) {
 		}
 		r.Close()
 		readers[p] = openReader(t, rcfg, p, pos)
-		if w := readers[p].(runtime.WatermarkReader).SplitWatermark(topic, int32(p)); w != (runtime.Watermark{Millis: 300}) {
+		if w := readers[p].(engine.WatermarkReader).SplitWatermark(topic, int32(p)); w != (engine.Watermark{Millis: 300}) {
 			t.Fatalf("restored reader %d: watermark %+v before a poll, want 300", p, w)
 		}
 	}
 	checkpoint(0, 4, wm(250, false), "g")
-	until(7, runtime.Watermark{Millis: 250})
+	until(7, engine.Watermark{Millis: 250})
 }

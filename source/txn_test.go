@@ -8,8 +8,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/testcluster"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/source"
 )
 
@@ -81,7 +81,7 @@ func TestTransactionsResumeExactly(t *testing.T) {
 			t.Fatalf("got %v within %v, want %v", got, waitFor, want)
 		}
 		r := openReader(t, cfg, 0, saved)
-		var b runtime.Batch[string]
+		var b engine.Batch[string]
 		for b.Len() == 0 && time.Now().Before(deadline) {
 			if err := r.Poll(testCtx(t), &b); err != nil {
 				t.Fatalf("poll after %v: %v", got, err)
@@ -140,7 +140,7 @@ func TestStartLatestSeesOpenTransaction(t *testing.T) {
 	if pos := r.Positions()[0].Offset; pos != 1 {
 		t.Fatalf("start position %d, want 1 (the last stable offset)", pos)
 	}
-	var b runtime.Batch[string]
+	var b engine.Batch[string]
 	if err := r.Poll(testCtx(t), &b); err != nil || b.Len() != 0 {
 		t.Fatalf("poll during the open transaction: %v, %v", b.Values, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/cockroachdb/pebble/v2/vfs/errorfs"
@@ -190,6 +191,21 @@ func TestPebbleFailingFlushesDoNotStall(t *testing.T) {
 	stall := memTableStopWrites * smallPebble.MemTableSize
 	var err error
 	val := make([]byte, 1000)
+	// A flush fails first: the store breaks before a stall once it knows
+	// flushes fail. (Writes that fill every memtable before the first
+	// flush has even tried would stall until one succeeds: on a loaded
+	// machine the flush goroutine can start that late with memtables
+	// this small.)
+	if err := m.Put(k(-1), nil, val); err != nil {
+		t.Fatal(err)
+	}
+	p.db.AsyncFlush()
+	for deadline := time.Now().Add(30 * time.Second); p.health.writeErr() == nil; {
+		if time.Now().After(deadline) {
+			t.Fatal("no flush failed in 30s on a full disk")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	for i := 0; err == nil && int64(i*len(val)) < 4*stall; i++ {
 		err = m.Put(k(i), nil, val)
 	}

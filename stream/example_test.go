@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
 )
@@ -66,7 +66,7 @@ func Example() {
 			},
 		}, err
 	})
-	stream.Sink(counts, "print", runtime.SinkFactory[string](func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[string], error) {
+	stream.Sink(counts, "print", engine.SinkFactory[string](func(context.Context, engine.TaskInfo, []checkpoint.Committable) (engine.SinkWriter[string], error) {
 		return &printSink{}, nil
 	}))
 	plan, err := job.Build()
@@ -74,7 +74,7 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	err = runtime.Run(context.Background(), plan, runtime.Config{
+	err = engine.Run(context.Background(), plan, engine.Config{
 		Tasks:   []int{0},
 		Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}),
 	})
@@ -113,7 +113,7 @@ func ExampleKeyByPartitioned() {
 			Process: func(ctx *stream.Context[string, string], w string) error { return ctx.Emit(w) },
 		}, nil
 	})
-	stream.Sink(seen, "print", runtime.SinkFactory[string](func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[string], error) {
+	stream.Sink(seen, "print", engine.SinkFactory[string](func(context.Context, engine.TaskInfo, []checkpoint.Committable) (engine.SinkWriter[string], error) {
 		return &printSink{}, nil
 	}))
 	plan, err := job.Build()
@@ -121,12 +121,12 @@ func ExampleKeyByPartitioned() {
 		fmt.Println(err)
 		return
 	}
-	err = runtime.Run(context.Background(), plan, runtime.Config{
+	err = engine.Run(context.Background(), plan, engine.Config{
 		Tasks:      []int{0},
 		Partitions: 2,
 		Storage:    checkpoint.NewMemory(checkpoint.MemoryOptions{}),
 	})
-	var mk *runtime.MisKeyedError
+	var mk *engine.MisKeyedError
 	if errors.As(err, &mk) {
 		fmt.Printf("%s: key %s belongs to task %d, not task %d\n", mk.Operator, mk.Key, mk.Owner, mk.Task)
 	}

@@ -10,8 +10,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/jobenv"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/sink"
 	"github.com/weirstream/weir/source"
 	"github.com/weirstream/weir/state"
@@ -42,7 +42,7 @@ type write struct {
 	name, topic string
 	// add adds the write's operators: a sink of its own to topic, or
 	// (shared) an encoding map whose records the job's one sink writes.
-	add func(env *jobenv.Env, topic string, shared bool) *runtime.Port[*kgo.Record]
+	add func(env *jobenv.Env, topic string, shared bool) *engine.Port[*kgo.Record]
 }
 
 // Read adds a Kafka source: the records of topic, decoded with decode,
@@ -67,8 +67,8 @@ func ReadWithWatermarks[T any](j *Job, name, topic string, decode Decoder[T], w 
 
 // declareRead declares a Kafka read and returns the factory of its tasks'
 // sources, which Build makes real.
-func declareRead[T any](j *Job, name, topic string, decode Decoder[T]) runtime.SourceFactory[T] {
-	var open runtime.SourceFactory[T]
+func declareRead[T any](j *Job, name, topic string, decode Decoder[T]) engine.SourceFactory[T] {
+	var open engine.SourceFactory[T]
 	j.reads = append(j.reads, &read{name: name, topic: topic, open: func(env *jobenv.Env, topic string) error {
 		if decode == nil {
 			return fmt.Errorf("read %q: decoder is nil", name)
@@ -77,7 +77,7 @@ func declareRead[T any](j *Job, name, topic string, decode Decoder[T]) runtime.S
 		open = f
 		return err
 	}})
-	return func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.SourcePosition) (runtime.SourceReader[T], error) {
+	return func(ctx context.Context, info engine.TaskInfo, restored []checkpoint.SourcePosition) (engine.SourceReader[T], error) {
 		if open == nil {
 			return nil, fmt.Errorf("read %q: the job was not built with Kafka", name)
 		}
@@ -87,7 +87,7 @@ func declareRead[T any](j *Job, name, topic string, decode Decoder[T]) runtime.S
 
 // kafkaSource is the source of topic in env. Each task's client is its
 // own, so that its metrics carry the task.
-func kafkaSource[T any](env *jobenv.Env, op, topic string, decode Decoder[T]) (runtime.SourceFactory[T], error) {
+func kafkaSource[T any](env *jobenv.Env, op, topic string, decode Decoder[T]) (engine.SourceFactory[T], error) {
 	sc := source.Config[T]{
 		Brokers:         env.Brokers,
 		MaxPollRecords:  env.BatchSize,
@@ -102,7 +102,7 @@ func kafkaSource[T any](env *jobenv.Env, op, topic string, decode Decoder[T]) (r
 	if _, err := source.Kafka(sc); err != nil { // the settings, checked once
 		return nil, fmt.Errorf("read %q: %w", op, err)
 	}
-	return func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.SourcePosition) (runtime.SourceReader[T], error) {
+	return func(ctx context.Context, info engine.TaskInfo, restored []checkpoint.SourcePosition) (engine.SourceReader[T], error) {
 		tc := sc
 		if env.SourceOpts != nil {
 			tc.ClientOpts = env.SourceOpts(info.Task, op)
@@ -145,7 +145,7 @@ func kafkaSource[T any](env *jobenv.Env, op, topic string, decode Decoder[T]) (r
 // NAME=TOPIC, or --output for a job that writes one topic).
 func Write[T any](s Stream[T], name, topic string, encode Encoder[T]) {
 	j := s.j
-	j.writes = append(j.writes, &write{name: name, topic: topic, add: func(env *jobenv.Env, topic string, shared bool) *runtime.Port[*kgo.Record] {
+	j.writes = append(j.writes, &write{name: name, topic: topic, add: func(env *jobenv.Env, topic string, shared bool) *engine.Port[*kgo.Record] {
 		if encode == nil {
 			j.g.Fail(fmt.Errorf("write %q: encoder is nil", name))
 			return nil
@@ -158,7 +158,7 @@ func Write[T any](s Stream[T], name, topic string, encode Encoder[T]) {
 		}
 		// One of several writes: encoded here, written by the job's one
 		// sink in one transaction with the others.
-		return runtime.Map(s.p, name, func(v T) (*kgo.Record, error) {
+		return engine.Map(s.p, name, func(v T) (*kgo.Record, error) {
 			r, err := encode(v)
 			if err != nil {
 				return nil, err
@@ -219,7 +219,7 @@ func (j *Job) resolve() {
 			env.Inputs = append(env.Inputs, topic)
 		}
 	}
-	var recs []*runtime.Port[*kgo.Record]
+	var recs []*engine.Port[*kgo.Record]
 	for _, w := range writes {
 		topic := env.Resolve(w.topic)
 		if env.Output != "" {
@@ -235,7 +235,7 @@ func (j *Job) resolve() {
 	}
 	switch {
 	case len(recs) > 1:
-		all := Stream[*kgo.Record]{j: j, p: runtime.Union(WritesName, recs...)}
+		all := Stream[*kgo.Record]{j: j, p: engine.Union(WritesName, recs...)}
 		if out := kafkaSink(j, env, WritesName, env.Outputs[0], func(r *kgo.Record) (*kgo.Record, error) { return r, nil }, false); out != nil {
 			Sink(all, WritesName+"-sink", out)
 		}
@@ -247,7 +247,7 @@ func (j *Job) resolve() {
 // kafkaSink is the sink of topic in env, with the worker's delivery; a
 // KeyBy's (watermarks) writes the task's watermarks with its records and
 // counts nothing as the job's output.
-func kafkaSink[T any](j *Job, env *jobenv.Env, op, topic string, encode Encoder[T], watermarks bool, opts ...kgo.Opt) runtime.SinkOpener[T] {
+func kafkaSink[T any](j *Job, env *jobenv.Env, op, topic string, encode Encoder[T], watermarks bool, opts ...kgo.Opt) engine.SinkOpener[T] {
 	sc := sink.Config[T]{
 		Brokers:        env.Brokers,
 		ClientOpts:     append(slices.Clip(env.SinkOpts), opts...),
@@ -269,7 +269,7 @@ func kafkaSink[T any](j *Job, env *jobenv.Env, op, topic string, encode Encoder[
 	}
 	if watermarks {
 		// Internal: not the job's output, and its writers take the
-		// task's watermarks (runtime.WatermarkWriter) as they are.
+		// task's watermarks (engine.WatermarkWriter) as they are.
 		return out
 	}
 	return annotatedSink[T]{KafkaSink: out, env: env}
@@ -283,7 +283,7 @@ type annotatedSink[T any] struct {
 	env *jobenv.Env
 }
 
-func (s annotatedSink[T]) Open(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+func (s annotatedSink[T]) Open(ctx context.Context, info engine.TaskInfo, restored []checkpoint.Committable) (engine.SinkWriter[T], error) {
 	sw, err := s.KafkaSink.Open(ctx, info, restored)
 	if err != nil {
 		return nil, err
@@ -302,7 +302,7 @@ func (s annotatedSink[T]) Open(ctx context.Context, info runtime.TaskInfo, resto
 // annotatedWriter counts a task's output records, and annotates the errors
 // of records the producer or the brokers refused.
 type annotatedWriter[T any] struct {
-	runtime.SinkWriter[T]
+	engine.SinkWriter[T]
 	n, all   *atomic.Int64
 	annotate func(error) error
 }
@@ -326,7 +326,7 @@ func (c annotatedWriter[T]) PreCommit(ctx context.Context, id checkpoint.ID) ([]
 
 // WriteAt passes the event time on to the Kafka sink.
 func (c annotatedWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
-	tw, ok := c.SinkWriter.(runtime.TimestampWriter[T])
+	tw, ok := c.SinkWriter.(engine.TimestampWriter[T])
 	if !ok {
 		return c.Write(ctx, v)
 	}
@@ -400,7 +400,7 @@ func KeyBy[K, T any](s Stream[T], name string, key func(T) K, keyCodec state.Cod
 	if _, err := source.Kafka(rc); err != nil {
 		j.g.Fail(fmt.Errorf("keyBy %q: %w", name, err))
 	}
-	src := func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.SourcePosition) (runtime.SourceReader[T], error) {
+	src := func(ctx context.Context, info engine.TaskInfo, restored []checkpoint.SourcePosition) (engine.SourceReader[T], error) {
 		tc := rc
 		if env.SourceOpts != nil {
 			tc.ClientOpts = env.SourceOpts(info.Task, name)

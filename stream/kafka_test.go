@@ -9,8 +9,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/jobenv"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
 )
@@ -113,7 +113,7 @@ func TestOneOfEachOverrides(t *testing.T) {
 // records, so its plan runs task 0 and refuses any other, loudly; task 0
 // alone counts right.
 func TestKeyByWithoutKafkaRunsOneTask(t *testing.T) {
-	build := func() (*runtime.Plan, *stream.Collected[string]) {
+	build := func() (*engine.Plan, *stream.Collected[string]) {
 		job := stream.NewJob("keyby-local")
 		words := stream.Source(job, "words", stream.SliceSource([][]string{{"a", "b", "a"}, {"b", "b"}}))
 		byWord := stream.KeyBy(words, "by-word", func(w string) string { return w }, state.String(), state.String())
@@ -138,17 +138,17 @@ func TestKeyByWithoutKafkaRunsOneTask(t *testing.T) {
 		}
 		return plan, out
 	}
-	cfg := func(tasks ...int) runtime.Config {
-		return runtime.Config{Tasks: tasks, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}),
+	cfg := func(tasks ...int) engine.Config {
+		return engine.Config{Tasks: tasks, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}),
 			Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond}, StateDir: t.TempDir()}
 	}
 	plan, _ := build()
-	err := runtime.Run(t.Context(), plan, cfg(0, 1))
+	err := engine.Run(t.Context(), plan, cfg(0, 1))
 	if err == nil || !strings.Contains(err.Error(), "task 1: operators [by-word] move records between tasks") {
 		t.Fatalf("two tasks: %v", err)
 	}
 	plan, out := build()
-	if err := runtime.Run(t.Context(), plan, cfg(0)); err != nil {
+	if err := engine.Run(t.Context(), plan, cfg(0)); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := out.Records(), []string{"a=1", "b=1", "a=2"}; !slices.Equal(got, want) {

@@ -3,11 +3,13 @@ package stream
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 )
 
 // pollSize is how many records the in-memory sources return per poll.
@@ -16,8 +18,8 @@ const pollSize = 1024
 // GeneratorSource is a bounded source of n records per task: record i of
 // task p is fn(p, i). Its position is the index of the next record, so a
 // restored task continues exactly where its checkpoint was taken.
-func GeneratorSource[T any](n int64, fn func(task int, i int64) T) runtime.SourceFactory[T] {
-	return func(_ context.Context, info runtime.TaskInfo, restored []checkpoint.SourcePosition) (runtime.SourceReader[T], error) {
+func GeneratorSource[T any](n int64, fn func(task int, i int64) T) SourceFactory[T] {
+	return func(_ context.Context, info engine.TaskInfo, restored []checkpoint.SourcePosition) (engine.SourceReader[T], error) {
 		g := &generator[T]{name: info.Operator, task: info.Task, n: n, fn: fn}
 		for _, p := range restored {
 			if p.Partition != int32(info.Task) {
@@ -30,9 +32,9 @@ func GeneratorSource[T any](n int64, fn func(task int, i int64) T) runtime.Sourc
 }
 
 // SliceSource is a bounded source that gives task p the records parts[p].
-func SliceSource[T any](parts [][]T) runtime.SourceFactory[T] {
+func SliceSource[T any](parts [][]T) SourceFactory[T] {
 	gen := func(task int, i int64) T { return parts[task][i] }
-	return func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.SourcePosition) (runtime.SourceReader[T], error) {
+	return func(ctx context.Context, info engine.TaskInfo, restored []checkpoint.SourcePosition) (engine.SourceReader[T], error) {
 		if info.Task >= len(parts) {
 			return nil, fmt.Errorf("source %s: no partition for task %d (%d partitions)", info.Operator, info.Task, len(parts))
 		}
@@ -48,13 +50,13 @@ type generator[T any] struct {
 	fn   func(int, int64) T
 }
 
-func (g *generator[T]) Poll(_ context.Context, b *runtime.Batch[T]) error {
+func (g *generator[T]) Poll(_ context.Context, b *engine.Batch[T]) error {
 	if g.next >= g.n {
-		return runtime.ErrEndOfInput
+		return engine.ErrEndOfInput
 	}
 	end := min(g.next+pollSize, g.n)
 	for ; g.next < end; g.next++ {
-		b.Add(g.fn(g.task, g.next), runtime.Position{Source: g.name, Partition: int32(g.task), Offset: g.next})
+		b.Add(g.fn(g.task, g.next), engine.Position{Source: g.name, Partition: int32(g.task), Offset: g.next})
 	}
 	return nil
 }
@@ -67,8 +69,8 @@ func (g *generator[T]) Close() error { return nil }
 
 // DiscardSink drops every record; for benchmarks and jobs run for their
 // side effects.
-func DiscardSink[T any]() runtime.SinkFactory[T] {
-	return func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+func DiscardSink[T any]() SinkFactory[T] {
+	return func(context.Context, engine.TaskInfo, []checkpoint.Committable) (engine.SinkWriter[T], error) {
 		return discardWriter[T]{}, nil
 	}
 }
@@ -94,8 +96,8 @@ type Collected[T any] struct {
 func Collect[T any]() *Collected[T] { return &Collected[T]{} }
 
 // Sink is the sink that fills c.
-func (c *Collected[T]) Sink() runtime.SinkFactory[T] {
-	return func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+func (c *Collected[T]) Sink() SinkFactory[T] {
+	return func(context.Context, engine.TaskInfo, []checkpoint.Committable) (engine.SinkWriter[T], error) {
 		return &collectWriter[T]{c: c}, nil
 	}
 }
@@ -145,3 +147,74 @@ func (w *collectWriter[T]) Commit(_ context.Context, id checkpoint.ID) error {
 }
 
 func (w *collectWriter[T]) Close() error { return nil }
+
+// Types of sources and sinks of your own (Source, Sink), and of the plan.
+type (
+	// SourceFactory opens a task's reader of a source.
+	SourceFactory[T any] = engine.SourceFactory[T]
+	// SourceReader reads a task's records in batches.
+	SourceReader[T any] = engine.SourceReader[T]
+	// Batch is what a SourceReader's Poll fills.
+	Batch[T any] = engine.Batch[T]
+	// TaskInfo names the task a factory opens for.
+	TaskInfo = engine.TaskInfo
+	// SinkOpener opens a task's writer of a sink.
+	SinkOpener[T any] = engine.SinkOpener[T]
+	// SinkFactory is a SinkOpener of a function.
+	SinkFactory[T any] = engine.SinkFactory[T]
+	// SinkWriter writes a task's records, in the two phases of its
+	// checkpoints.
+	SinkWriter[T any] = engine.SinkWriter[T]
+	// Plan is a job's graph, built and checked.
+	Plan = engine.Plan
+)
+
+// ErrEndOfInput is what a bounded source's Poll returns once it has no
+// more records.
+var ErrEndOfInput = engine.ErrEndOfInput
+
+// LocalOptions say how RunLocal runs a job.
+type LocalOptions struct {
+	// Tasks is how many tasks run, 0 to Tasks-1; default 1.
+	Tasks int
+	// Interval is the checkpoint interval; default 10ms.
+	Interval time.Duration
+	// StateDir is where the tasks' state lives; default a temporary
+	// directory, removed when RunLocal returns.
+	StateDir string
+}
+
+// RunLocal builds job and runs it in process until its sources end, with
+// its checkpoints in memory: a test of a job's graph over slices
+// (SliceSource, Collect), with the checkpoints, barriers and two-phase
+// commits it runs with under a worker. It returns Build's error, or the
+// first task's that failed for good.
+func RunLocal(ctx context.Context, job *Job, o LocalOptions) error {
+	plan, err := job.Build()
+	if err != nil {
+		return err
+	}
+	if o.Tasks <= 0 {
+		o.Tasks = 1
+	}
+	if o.Interval <= 0 {
+		o.Interval = 10 * time.Millisecond
+	}
+	if o.StateDir == "" {
+		dir, err := os.MkdirTemp("", "weir-local-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		o.StateDir = dir
+	}
+	cfg := engine.Config{
+		Storage:    checkpoint.NewMemory(checkpoint.MemoryOptions{}),
+		Checkpoint: checkpoint.Config{Interval: o.Interval},
+		StateDir:   o.StateDir,
+	}
+	for t := range o.Tasks {
+		cfg.Tasks = append(cfg.Tasks, t)
+	}
+	return engine.Run(ctx, plan, cfg)
+}

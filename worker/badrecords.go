@@ -9,11 +9,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/source"
 )
 
-// badRecords is the worker's runtime.BadRecords: what becomes of a record
+// badRecords is the worker's engine.BadRecords: what becomes of a record
 // whose key belongs to another task (a KeyBy off the input's partitioning,
 // see stream.KeyBy), under the job's bad-record policy (--on-decode-error).
 //
@@ -51,7 +51,7 @@ func newBadRecords(c *Config, internal []string, opts []kgo.Opt) (_ *badRecords,
 	return b, b.cl.Close, nil
 }
 
-// MisKeyed implements runtime.BadRecords. A dead letter has the key's
+// MisKeyed implements engine.BadRecords. A dead letter has the key's
 // bytes as its key and no value (the keyed operator does not have the
 // record as read: operators before it may have changed it), the headers of
 // a record the source dead-letters (weir.error, weir.source.topic,
@@ -59,7 +59,7 @@ func newBadRecords(c *Config, internal []string, opts []kgo.Opt) (_ *badRecords,
 // the checkpoint's transaction and acknowledged before the task goes on:
 // after a crash before the next checkpoint, the record is dead-lettered
 // again (at least once), as the source's dead letters are.
-func (b *badRecords) MisKeyed(ctx context.Context, info runtime.TaskInfo, pos runtime.Position, key []byte, err *runtime.MisKeyedError) error {
+func (b *badRecords) MisKeyed(ctx context.Context, info engine.TaskInfo, pos engine.Position, key []byte, err *engine.MisKeyedError) error {
 	if b.internal[pos.Topic] {
 		return fmt.Errorf("%w; it is a record of the internal topic %s, which weir writes keyed by this KeyBy's codec: "+
 			"the topic holds records of a job whose key or key codec differed (delete the topic with the job's checkpoints to start afresh), or this is a bug", err, pos.Topic)

@@ -5,14 +5,14 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 )
 
 // TestBadRecordsPolicy: a mis-keyed record of the input fails the task
 // under --on-decode-error fail; one of an internal topic fails it under
 // either policy, saying why (weir keyed it itself).
 func TestBadRecordsPolicy(t *testing.T) {
-	mk := &runtime.MisKeyedError{Operator: "count", KeyBy: "by-word", Key: `"w"`, KeyBytes: []byte("w"), Task: 0, Owner: 1, Partitions: 2, Partitioner: "murmur2"}
+	mk := &engine.MisKeyedError{Operator: "count", KeyBy: "by-word", Key: `"w"`, KeyBytes: []byte("w"), Task: 0, Owner: 1, Partitions: 2, Partitioner: "murmur2"}
 	for _, tc := range []struct {
 		name       string
 		deadLetter string
@@ -28,14 +28,14 @@ func TestBadRecordsPolicy(t *testing.T) {
 			if (b.cl != nil) != (tc.deadLetter != "") {
 				t.Fatalf("dead-letter producer %v with --dead-letter %q", b.cl != nil, tc.deadLetter)
 			}
-			pos := runtime.Position{Source: "by-word-read", Topic: "job-by-word-repartition", Partition: 0, Offset: 7}
-			err = b.MisKeyed(t.Context(), runtime.TaskInfo{}, pos, mk.KeyBytes, mk)
-			if !errors.Is(err, runtime.ErrMisKeyed) || !strings.Contains(err.Error(), "internal topic job-by-word-repartition") {
+			pos := engine.Position{Source: "by-word-read", Topic: "job-by-word-repartition", Partition: 0, Offset: 7}
+			err = b.MisKeyed(t.Context(), engine.TaskInfo{}, pos, mk.KeyBytes, mk)
+			if !errors.Is(err, engine.ErrMisKeyed) || !strings.Contains(err.Error(), "internal topic job-by-word-repartition") {
 				t.Errorf("a record of an internal topic: %v, want it to fail the task", err)
 			}
 			if tc.deadLetter == "" {
 				pos.Topic = "in"
-				if err := b.MisKeyed(t.Context(), runtime.TaskInfo{}, pos, mk.KeyBytes, mk); err != mk {
+				if err := b.MisKeyed(t.Context(), engine.TaskInfo{}, pos, mk.KeyBytes, mk); err != mk {
 					t.Errorf("a record of the input under --on-decode-error fail: %v, want its MisKeyedError", err)
 				}
 			}

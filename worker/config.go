@@ -119,7 +119,7 @@ type Config struct {
 	StateCleanupDelay time.Duration
 	// AllowNonRestoredState restores checkpoints that have state or source
 	// positions of operators the job no longer has, dropping them (an
-	// upgrade that removed or renamed one; see runtime.Config).
+	// upgrade that removed or renamed one; see engine.Config).
 	AllowNonRestoredState bool
 	// Delivery is the sink's guarantee: exactly-once (default),
 	// at-least-once or none.

@@ -8,14 +8,14 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/count"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/worker/internal/status"
 )
 
 // failedObserver tells when a task failed and will restart.
 type failedObserver struct {
-	runtime.NopObserver
+	engine.NopObserver
 	failed chan struct{}
 }
 
@@ -37,7 +37,7 @@ func (o *failedObserver) TaskFailed(_ string, _ int, _ error, restarting bool) {
 func TestTaskDownWhenRevoked(t *testing.T) {
 	for _, drain := range []bool{false, true} {
 		job := stream.NewJob("count")
-		failing := func(context.Context, runtime.TaskInfo, []checkpoint.SourcePosition) (runtime.SourceReader[count.In], error) {
+		failing := func(context.Context, engine.TaskInfo, []checkpoint.SourcePosition) (engine.SourceReader[count.In], error) {
 			return nil, errors.New("open: no space left on device")
 		}
 		stream.Sink(count.Counts(stream.Source(job, count.SourceName, failing)), count.SinkName, stream.DiscardSink[count.Out]())
@@ -52,7 +52,7 @@ func TestTaskDownWhenRevoked(t *testing.T) {
 			w.group = &member{w: w}
 			w.group.draining.Store(true)
 		}
-		w.runner, err = runtime.NewRunner(ctx, plan, runtime.Config{Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}),
+		w.runner, err = engine.NewRunner(ctx, plan, engine.Config{Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}),
 			StateDir: t.TempDir(), Observer: obs, RestartBackoff: time.Hour, MaxRestartBackoff: time.Hour}, w.taskEnded)
 		if err != nil {
 			t.Fatal(err)
@@ -66,7 +66,7 @@ func TestTaskDownWhenRevoked(t *testing.T) {
 			t.Fatal("the task did not fail")
 		}
 		res := w.runner.Stop(0, 5*time.Second)
-		if !runtime.DownWhenStopped(res.Err) {
+		if !engine.DownWhenStopped(res.Err) {
 			t.Fatalf("drain %v: stop: %v, want a task down when stopped", drain, res.Err)
 		}
 		w.runner.Wait()

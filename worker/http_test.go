@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/worker/internal/status"
 )
 
@@ -38,7 +38,7 @@ func newTestWorker(t *testing.T) (*worker, *observer, *prometheus.Registry) {
 	if err := w.metrics.register(reg); err != nil {
 		t.Fatal(err)
 	}
-	return w, &observer{w: w, log: discard, metrics: w.metrics, extra: runtime.NopObserver{}}, reg
+	return w, &observer{w: w, log: discard, metrics: w.metrics, extra: engine.NopObserver{}}, reg
 }
 
 // assign marks task t assigned with epoch and restoring, as startTask

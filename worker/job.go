@@ -12,8 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/jobenv"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/sink"
 	"github.com/weirstream/weir/source"
 	"github.com/weirstream/weir/stream"
@@ -111,7 +111,7 @@ func tooLarge(err error, maxBytes int64) error {
 // buildPlan builds the plan of the job c names among jobs, and returns
 // what it declared: its input, output and internal topics. Its Kafka
 // clients start with kafka's options.
-func buildPlan(c *Config, jobs []Job, st *Stats, k *kpromSet, kafka []kgo.Opt) (*runtime.Plan, *jobenv.Env, error) {
+func buildPlan(c *Config, jobs []Job, st *Stats, k *kpromSet, kafka []kgo.Opt) (*engine.Plan, *jobenv.Env, error) {
 	j, err := pickJob(c, jobs)
 	if err != nil {
 		return nil, nil, err

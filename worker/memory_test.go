@@ -18,9 +18,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/proc"
 	"github.com/weirstream/weir/internal/testcluster"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/source"
 	"github.com/weirstream/weir/state"
 	"github.com/weirstream/weir/stream"
@@ -191,7 +191,7 @@ func TestRecordTooLarge(t *testing.T) {
 			c.Memory.ProducerBatchMaxBytes = 4096
 		})
 		err := firstFailure(t, j)
-		var re *runtime.RecordError
+		var re *engine.RecordError
 		if !errors.As(err, &re) || !errors.Is(err, ErrRecordTooLarge) || !errors.Is(err, kerr.MessageTooLarge) {
 			t.Errorf("the task failed with %v, want the record over --producer-batch-max-bytes", err)
 		}

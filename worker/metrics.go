@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weirstream/weir/checkpoint"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/worker/internal/status"
 )
 
@@ -159,10 +159,10 @@ type observer struct {
 	log     *slog.Logger
 	metrics *metrics
 	lag     *lagCommitter // nil: no lag commits
-	extra   runtime.Observer
+	extra   engine.Observer
 }
 
-var _ runtime.Observer = (*observer)(nil)
+var _ engine.Observer = (*observer)(nil)
 
 func (o *observer) BarrierPause(job string, task int, id checkpoint.ID, d time.Duration) {
 	o.metrics.pause.WithLabelValues(strconv.Itoa(task)).Observe(d.Seconds())

@@ -8,7 +8,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/count"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/worker/internal/status"
 )
@@ -55,7 +55,7 @@ func TestCleanPassDeletesTheStateOfTasksThatLeft(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := runtime.NewRunner(t.Context(), plan, runtime.Config{Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}), StateDir: t.TempDir()}, nil)
+	r, err := engine.NewRunner(t.Context(), plan, engine.Config{Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}), StateDir: t.TempDir()}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,9 +24,9 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/count"
 	"github.com/weirstream/weir/internal/diskfault"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/faultproxy"
 	"github.com/weirstream/weir/internal/testcluster"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/state"
 )
 
@@ -39,7 +39,7 @@ import (
 // the output read_committed: every input record's effect exactly once.
 //
 // What "restarts from its last valid checkpoint" means here: the runner
-// (runtime.superviseTask) starts a new attempt of the task, which restores
+// (engine.superviseTask) starts a new attempt of the task, which restores
 // the newest manifest whose transactions are committed or still
 // committable. No manifest can be written during the fault, so that is the
 // newest checkpoint completed before it, and the tests assert that the
@@ -47,7 +47,7 @@ import (
 
 // faultObserver records what the runtime tells about task 0.
 type faultObserver struct {
-	runtime.NopObserver
+	engine.NopObserver
 	mu        sync.Mutex
 	changed   chan struct{} // closed and replaced on every event
 	completed []checkpoint.Manifest

@@ -20,7 +20,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/cli"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/sink"
 	"github.com/weirstream/weir/source"
 	"github.com/weirstream/weir/state"
@@ -40,7 +40,7 @@ type Options struct {
 	// Storage, if set, is used instead of opening Config.Checkpoints.
 	Storage checkpoint.Storage
 	// Observer hears what the worker's own observer hears.
-	Observer runtime.Observer
+	Observer engine.Observer
 	// Stats, if set, counts the records in and out.
 	Stats *Stats
 	// Listening, if set, is called with the address the HTTP server
@@ -87,7 +87,7 @@ func Run(ctx context.Context, cfg Config, jobs []Job, opts Options) error {
 		w.stats = &Stats{}
 	}
 	if w.opts.Observer == nil {
-		w.opts.Observer = runtime.NopObserver{}
+		w.opts.Observer = engine.NopObserver{}
 	}
 	return w.run(ctx, jobs)
 }
@@ -109,12 +109,12 @@ type worker struct {
 	log     *slog.Logger
 	stats   *Stats
 	storage checkpoint.Storage
-	plan    *runtime.Plan
+	plan    *engine.Plan
 	// inputs and outputs are the job's Kafka topics.
 	inputs, outputs []string
 	parts           int
 	metrics         *metrics
-	runner          *runtime.Runner
+	runner          *engine.Runner
 	group           *member // nil with static tasks
 	started         time.Time
 	// kgoMetrics are the kgo client metrics of the group and the sources.
@@ -284,7 +284,7 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		}
 	}
 
-	rc := runtime.Config{
+	rc := engine.Config{
 		Storage: w.storage,
 		Checkpoint: checkpoint.Config{
 			Interval:          c.Interval,
@@ -292,7 +292,7 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 			MinPause:          c.MinPause,
 			TolerableFailures: c.TolerableFailures,
 		},
-		Mode:                  runtime.ExactlyOnce,
+		Mode:                  engine.ExactlyOnce,
 		StateBackend:          stateBackend(c, w.opts.StateFS, log),
 		StateDir:              stateDir,
 		BatchSize:             c.Memory.BatchSize,
@@ -310,9 +310,9 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		Observer:          &observer{w: w, log: log, metrics: w.metrics, lag: lag, extra: w.opts.Observer},
 	}
 	if c.delivery() != sink.ExactlyOnce {
-		rc.Mode = runtime.AtLeastOnce
+		rc.Mode = engine.AtLeastOnce
 	}
-	w.runner, err = runtime.NewRunner(runCtx, w.plan, rc, w.taskEnded)
+	w.runner, err = engine.NewRunner(runCtx, w.plan, rc, w.taskEnded)
 	if err != nil {
 		return err
 	}
@@ -515,15 +515,15 @@ func (w *worker) startTask(t int, epoch int64) {
 
 // stopTask stops task t gracefully within bound and logs it; why says who
 // asked (revoke, drain).
-func (w *worker) stopTask(t int, bound time.Duration, why string) runtime.StopResult {
+func (w *worker) stopTask(t int, bound time.Duration, why string) engine.StopResult {
 	if _, running := w.runner.Epoch(t); !running {
-		return runtime.StopResult{} // stopped already (a drain, a failure)
+		return engine.StopResult{} // stopped already (a drain, a failure)
 	}
 	if w.stopErr() != nil {
 		// The job stopped: what the task processed since its last
 		// checkpoint may be of a changed layout, never to be committed.
 		w.runner.Abort(t)
-		return runtime.StopResult{Err: fmt.Errorf("task %d: stopped with the job, without a final checkpoint", t)}
+		return engine.StopResult{Err: fmt.Errorf("task %d: stopped with the job, without a final checkpoint", t)}
 	}
 	w.log.Info("task revoked", "task", t, "why", why)
 	w.setTask(t, func(s *status.Task) { s.State, s.Since = status.Stopping, time.Now() })
@@ -556,7 +556,7 @@ func (w *worker) taskEnded(t int, err error) {
 	switch {
 	case err == nil, errors.Is(err, context.Canceled):
 		return
-	case runtime.DownWhenStopped(err) && len(w.cfg.Tasks) == 0 && !w.draining():
+	case engine.DownWhenStopped(err) && len(w.cfg.Tasks) == 0 && !w.draining():
 		// The group moved a task that was down after a failure (a full
 		// disk here, say): its next owner restores its last valid
 		// checkpoint. The worker's other tasks are fine; only a drain
@@ -570,7 +570,7 @@ func (w *worker) taskEnded(t int, err error) {
 		w.setTask(t, func(s *status.Task) { s.State, s.Since, s.Err = status.Failed, time.Now(), err.Error() })
 		w.stopJob(err) // it names the task
 		return
-	case errors.Is(err, runtime.ErrSuperseded) && len(w.cfg.Tasks) == 0:
+	case errors.Is(err, engine.ErrSuperseded) && len(w.cfg.Tasks) == 0:
 		w.log.Error("task stopped: a newer owner has it; giving it back to the group", "task", t, "err", err)
 		w.setTask(t, func(s *status.Task) { s.State, s.Since, s.Err = status.Superseded, time.Now(), err.Error() })
 		if g := w.membership(); g != nil {

@@ -18,7 +18,7 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/balance"
 	"github.com/weirstream/weir/internal/cli"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/worker"
 )
 
@@ -374,7 +374,7 @@ type demoCheckpoint struct {
 // demoObserver prints one line per checkpoint id once every task completed
 // it, and tracks each task's checkpointed input position.
 type demoObserver struct {
-	runtime.NopObserver
+	engine.NopObserver
 	p     func(string, ...any)
 	tasks int
 	total int64

@@ -11,7 +11,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/balance"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -68,8 +68,8 @@ type collectWriter struct {
 	pending []balance.Balance
 }
 
-func (c *collect) factory() runtime.SinkFactory[balance.Balance] {
-	return func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[balance.Balance], error) {
+func (c *collect) factory() engine.SinkFactory[balance.Balance] {
+	return func(context.Context, engine.TaskInfo, []checkpoint.Committable) (engine.SinkWriter[balance.Balance], error) {
 		return &collectWriter{c: c}, nil
 	}
 }
@@ -114,7 +114,7 @@ func TestJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = runtime.Run(t.Context(), plan, runtime.Config{
+	err = engine.Run(t.Context(), plan, engine.Config{
 		Tasks:      []int{0, 1},
 		Storage:    checkpoint.NewMemory(checkpoint.MemoryOptions{}),
 		Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},

@@ -12,7 +12,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/clicks"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -83,14 +83,14 @@ func TestClicksPerMinute(t *testing.T) {
 	s := &sink{}
 	job := stream.NewJob("clicks")
 	in := stream.SourceWithWatermarks(job, clicks.SourceName, stream.SliceSource([][]clicks.Click{input}), clicks.EventTime)
-	stream.Sink(clicks.PerMinute(in), clicks.SinkName, runtime.SinkFactory[clicks.Out](func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[clicks.Out], error) {
+	stream.Sink(clicks.PerMinute(in), clicks.SinkName, engine.SinkFactory[clicks.Out](func(context.Context, engine.TaskInfo, []checkpoint.Committable) (engine.SinkWriter[clicks.Out], error) {
 		return writer{s}, nil
 	}))
 	plan, err := job.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runtime.Run(t.Context(), plan, runtime.Config{Tasks: []int{0}, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}), StateDir: t.TempDir()}); err != nil {
+	if err := engine.Run(t.Context(), plan, engine.Config{Tasks: []int{0}, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}), StateDir: t.TempDir()}); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]int64{}

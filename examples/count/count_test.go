@@ -14,7 +14,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/count"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -72,8 +72,8 @@ type collectWriter struct {
 	pending []count.Out
 }
 
-func (c *collect) factory() runtime.SinkFactory[count.Out] {
-	return func(context.Context, runtime.TaskInfo, []checkpoint.Committable) (runtime.SinkWriter[count.Out], error) {
+func (c *collect) factory() engine.SinkFactory[count.Out] {
+	return func(context.Context, engine.TaskInfo, []checkpoint.Committable) (engine.SinkWriter[count.Out], error) {
 		return &collectWriter{c: c}, nil
 	}
 }
@@ -128,7 +128,7 @@ func TestBuild(t *testing.T) {
 	if got, want := plan.Operators(), []string{"input", "count", "output"}; !slices.Equal(got, want) {
 		t.Fatalf("operators %q, want %q", got, want)
 	}
-	err = runtime.Run(t.Context(), plan, runtime.Config{
+	err = engine.Run(t.Context(), plan, engine.Config{
 		Tasks:      []int{0, 1},
 		Storage:    checkpoint.NewMemory(checkpoint.MemoryOptions{}),
 		Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},

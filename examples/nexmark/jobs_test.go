@@ -22,7 +22,7 @@ import (
 // TestWorkerJobs runs each query's worker job on Kafka (kfake unless
 // KAFKA_BROKERS names a broker): 4 tasks in one worker over the 20,000
 // events in 4 partitions, keyed as Encode keys them. Each must write
-// exactly the results of the query's graph run with runtime.Run, as far
+// exactly the results of the query's graph run with engine.Run, as far
 // as the input's event time reaches: the input does not end, so windows
 // after the least watermark of its partitions never fire. q3, q5, q7 and
 // q8 repartition, and event time goes on across the hop: no result is
@@ -194,7 +194,7 @@ func readUntil(ctx context.Context, t *testing.T, c *testcluster.Cluster, topic 
 	}
 }
 
-// queryResults is what the query's graph writes, run with runtime.Run.
+// queryResults is what the query's graph writes, run with engine.Run.
 func queryResults[T any](t *testing.T, query func(stream.Stream[nexmark.Event]) stream.Stream[T]) []T {
 	t.Helper()
 	return run(t, false, query)

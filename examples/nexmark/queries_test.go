@@ -14,12 +14,12 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/nexmark"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/stream"
 	"github.com/weirstream/weir/worker"
 )
 
-// The queries' graphs run with runtime.Run, over slices (so in one task:
+// The queries' graphs run with engine.Run, over slices (so in one task:
 // KeyBy moves nothing without Kafka), with the memory backend, over
 // 20,000 generated events (200 s of event time), and their results are
 // compared with references computed here from the same events. Each runs
@@ -64,7 +64,7 @@ type openTxn struct {
 	txn string
 }
 
-func (c *committed[T]) Open(_ context.Context, info runtime.TaskInfo, restored []checkpoint.Committable) (runtime.SinkWriter[T], error) {
+func (c *committed[T]) Open(_ context.Context, info engine.TaskInfo, restored []checkpoint.Committable) (engine.SinkWriter[T], error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range restored {
@@ -122,7 +122,7 @@ var errInjected = errors.New("injected failure")
 // failOnce fails the task once, at the first poll after record failAt
 // has been read and a checkpoint completed.
 type failOnce struct {
-	runtime.NopObserver
+	engine.NopObserver
 	failAt      int64
 	checkpoints atomic.Int64
 	failed      atomic.Bool
@@ -137,19 +137,19 @@ func (f *failOnce) TaskRestored(_ string, _ int, _ int64, from checkpoint.ID, _ 
 	}
 }
 
-func (f *failOnce) source(inner runtime.SourceFactory[nexmark.Event]) runtime.SourceFactory[nexmark.Event] {
-	return func(ctx context.Context, info runtime.TaskInfo, restored []checkpoint.SourcePosition) (runtime.SourceReader[nexmark.Event], error) {
+func (f *failOnce) source(inner engine.SourceFactory[nexmark.Event]) engine.SourceFactory[nexmark.Event] {
+	return func(ctx context.Context, info engine.TaskInfo, restored []checkpoint.SourcePosition) (engine.SourceReader[nexmark.Event], error) {
 		r, err := inner(ctx, info, restored)
 		return &failingReader{SourceReader: r, f: f}, err
 	}
 }
 
 type failingReader struct {
-	runtime.SourceReader[nexmark.Event]
+	engine.SourceReader[nexmark.Event]
 	f *failOnce
 }
 
-func (r *failingReader) Poll(ctx context.Context, b *runtime.Batch[nexmark.Event]) error {
+func (r *failingReader) Poll(ctx context.Context, b *engine.Batch[nexmark.Event]) error {
 	if r.f.failed.Load() || r.Positions()[0].Offset < r.f.failAt {
 		return r.SourceReader.Poll(ctx, b)
 	}
@@ -174,7 +174,7 @@ func run[T any](t *testing.T, restore bool, query func(stream.Stream[nexmark.Eve
 	t.Helper()
 	out := &committed[T]{}
 	src := stream.SliceSource([][]nexmark.Event{dataset()})
-	cfg := runtime.Config{
+	cfg := engine.Config{
 		Tasks: []int{0}, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}), StateDir: t.TempDir(),
 		Checkpoint: checkpoint.Config{Interval: 2 * time.Millisecond}, RestartBackoff: time.Millisecond,
 	}
@@ -189,7 +189,7 @@ func run[T any](t *testing.T, restore bool, query func(stream.Stream[nexmark.Eve
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := runtime.Run(t.Context(), plan, cfg); err != nil {
+	if err := engine.Run(t.Context(), plan, cfg); err != nil {
 		t.Fatal(err)
 	}
 	if restore {

@@ -9,9 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/orders"
-	"github.com/weirstream/weir/runtime"
 	"github.com/weirstream/weir/stream"
 )
 
@@ -42,16 +40,7 @@ func TestJoin(t *testing.T) {
 	p, r := orders.Join(ordersIn, paymentsIn)
 	stream.Sink(p, "paid", paid.Sink())
 	stream.Sink(r, "rejects", rejects.Sink())
-	plan, err := job.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := runtime.Run(t.Context(), plan, runtime.Config{
-		Tasks:      []int{0},
-		Storage:    checkpoint.NewMemory(checkpoint.MemoryOptions{}),
-		Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},
-		StateDir:   t.TempDir(),
-	}); err != nil {
+	if err := stream.RunLocal(t.Context(), job, stream.LocalOptions{Interval: 5 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 

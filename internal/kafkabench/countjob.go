@@ -8,7 +8,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/examples/count"
-	"github.com/weirstream/weir/runtime"
+	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/sink"
 	"github.com/weirstream/weir/source"
 	"github.com/weirstream/weir/stream"
@@ -64,7 +64,7 @@ func (j countJob) start(ctx context.Context) (ready <-chan struct{}, done <-chan
 	}
 	errc := make(chan error, 1)
 	go func() {
-		errc <- runtime.Run(ctx, plan, runtime.Config{
+		errc <- engine.Run(ctx, plan, engine.Config{
 			Tasks:      tasks,
 			Storage:    storage,
 			Checkpoint: checkpoint.Config{Interval: j.Interval, Timeout: time.Minute, TolerableFailures: 3},
@@ -79,7 +79,7 @@ func (j countJob) start(ctx context.Context) (ready <-chan struct{}, done <-chan
 
 // readyObserver closes ready once every task completed a checkpoint.
 type readyObserver struct {
-	runtime.NopObserver
+	engine.NopObserver
 	mu      sync.Mutex
 	waiting map[int]bool
 	ready   chan struct{}

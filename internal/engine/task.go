@@ -1,0 +1,440 @@
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/state"
+)
+
+// task is one running instance of a job's graph: every operator for one
+// partition index. It owns all of its goroutines: one per root, one for the
+// checkpoint driver, and the uploads of asynchronous snapshots.
+type task struct {
+	job      string
+	id       int
+	plan     *Plan
+	cfg      *Config
+	ctx      context.Context
+	log      *slog.Logger
+	observer Observer
+	storage  checkpoint.Storage
+	backends state.Factory
+	stateDir string
+	now      func() time.Time
+	// epoch is the owner's fencing epoch; attempt is fresh for each run of
+	// the task, so that no two attempts or owners write the same object.
+	epoch   int64
+	attempt string
+	// drain, when closed, stops the task gracefully (final checkpoint).
+	drain   <-chan struct{}
+	started time.Time
+	// firstRecord is set once the observer heard of the first record.
+	firstRecord atomic.Bool
+
+	rootIdx   []int // per node: index of the root whose goroutine runs it
+	roots     []*root
+	endpoints [][]any // per node, per input: its endpoint[T]
+	restored  map[string]*checkpoint.Ack
+	// restoredFrom is the checkpoint the task restored from, 0 if none.
+	restoredFrom checkpoint.ID
+	closers      []func() error
+	// openers run after every node is built and its state restored.
+	openers []func() error
+	// committers are the task's sinks, which know what they committed.
+	committers []committer
+	// unusable holds the checkpoints whose state could not be restored
+	// (a missing or corrupt file), kept by the supervisor across attempts:
+	// restore walks back past them.
+	unusable map[checkpoint.ID]error
+
+	driver  *checkpoint.Driver
+	uploads sync.WaitGroup
+	// retain asks the retention goroutine to clean up after a completed
+	// checkpoint; requests made while it works coalesce into one.
+	retain chan struct{}
+
+	mu          sync.Mutex
+	liveSources int
+	allEnded    bool
+	// inputEnded mirrors allEnded for the roots' timer checks: once every
+	// source has ended, processing-time timers no longer fire, so nothing
+	// is emitted after the final barrier that no checkpoint would commit.
+	inputEnded atomic.Bool
+	finalID    checkpoint.ID // the checkpoint after which the task finishes
+	completed  bool          // a checkpoint completed during this run
+}
+
+func newTask(plan *Plan, cfg *Config, id int, epoch int64, drain <-chan struct{}, unusable map[checkpoint.ID]error) *task {
+	t := &task{
+		epoch:    epoch,
+		attempt:  newAttemptID(),
+		drain:    drain,
+		unusable: unusable,
+		job:      plan.g.name,
+		id:       id,
+		plan:     plan,
+		cfg:      cfg,
+		log:      cfg.Logger.With("job", plan.g.name, "task", id, "epoch", epoch),
+		observer: cfg.Observer,
+		storage:  cfg.Storage,
+		backends: cfg.StateBackend,
+		stateDir: filepath.Join(cfg.StateDir, "task-"+strconv.Itoa(id)),
+		now:      cfg.Now,
+	}
+	// Every source and multi-input node starts a root; a single-input node
+	// runs on the root of its input.
+	nodes := plan.g.nodes
+	t.rootIdx = make([]int, len(nodes))
+	t.endpoints = make([][]any, len(nodes))
+	for i, n := range nodes {
+		t.endpoints[i] = make([]any, len(n.inputs))
+		if n.kind == kindSource || n.kind == kindMulti {
+			r := &root{t: t, name: n.name}
+			r.mail.init()
+			t.rootIdx[i] = len(t.roots)
+			t.roots = append(t.roots, r)
+			if n.kind == kindSource {
+				t.liveSources++
+			}
+			continue
+		}
+		t.rootIdx[i] = t.rootIdx[n.inputs[0].id]
+	}
+	return t
+}
+
+// newAttemptID names one run of a task in the objects it writes.
+func newAttemptID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand does not fail
+	return hex.EncodeToString(b[:])
+}
+
+// recordsFlowing tells the observer of the task's first record, once.
+func (t *task) recordsFlowing() {
+	if !t.firstRecord.Swap(true) {
+		t.observer.FirstRecord(t.job, t.id, time.Since(t.started))
+	}
+}
+
+func (t *task) rootOf(n *node) *root { return t.roots[t.rootIdx[n.id]] }
+
+func (t *task) base(n *node) opBase {
+	return opBase{t: t, name: n.name, cursor: &t.rootOf(n).cursor}
+}
+
+func (t *task) info(operator string) TaskInfo {
+	return TaskInfo{Job: t.job, Task: t.id, Operator: operator, Logger: t.log.With("operator", operator)}
+}
+
+// setEndpoints registers a single-input operator as its own input endpoint.
+func (t *task) setEndpoints(n *node, e any) { t.endpoints[n.id][0] = e }
+
+func (t *task) addNotifiee(n *node, x notifiee) {
+	r := t.rootOf(n)
+	r.notifiees = append(r.notifiees, x)
+}
+
+func (t *task) addTimed(n *node, x timed) {
+	r := t.rootOf(n)
+	r.timed = append(r.timed, x)
+}
+
+func (t *task) addCloser(f func() error) { t.closers = append(t.closers, f) }
+
+func (t *task) addOpener(f func() error) { t.openers = append(t.openers, f) }
+
+func (t *task) restoredAck(operator string) *checkpoint.Ack { return t.restored[operator] }
+
+func (t *task) ack(id checkpoint.ID, a checkpoint.Ack) { t.driver.Ack(id, a) }
+
+func (t *task) decline(id checkpoint.ID, err error) {
+	t.log.Warn("checkpoint declined", "checkpoint", id, "err", err)
+	t.driver.Decline(id, err)
+}
+
+// sourceEnded is called by a source whose input is exhausted. Once every
+// source has ended, the task asks for a final checkpoint; when it completes,
+// the roots finish (see NotifyComplete).
+func (t *task) sourceEnded(name string) {
+	t.mu.Lock()
+	t.liveSources--
+	last := t.liveSources == 0
+	if last {
+		t.allEnded = true
+		t.inputEnded.Store(true)
+	}
+	t.mu.Unlock()
+	t.log.Debug("source ended", "operator", name)
+	if last {
+		t.driver.TriggerNow()
+	}
+}
+
+// TriggerCheckpoint implements checkpoint.Executor.
+func (t *task) TriggerCheckpoint(id checkpoint.ID, _ time.Time) error {
+	t.mu.Lock()
+	if t.allEnded && t.finalID == 0 {
+		t.finalID = id
+	}
+	t.mu.Unlock()
+	for _, r := range t.roots {
+		if r.source {
+			r.mail.post(mail{kind: mailTrigger, id: id})
+		}
+	}
+	return nil
+}
+
+// NotifyComplete implements checkpoint.Executor.
+func (t *task) NotifyComplete(id checkpoint.ID) {
+	t.mu.Lock()
+	finish := t.finalID != 0 && id >= t.finalID
+	t.completed = true
+	t.mu.Unlock()
+	// Every root hears of the completion before any source finishes: a
+	// multi-input root must commit its sinks before the end of its inputs
+	// (which follows a finish) can end it.
+	for _, r := range t.roots {
+		r.mail.post(mail{kind: mailComplete, id: id})
+	}
+	if finish {
+		for _, r := range t.roots {
+			if r.source {
+				r.mail.post(mail{kind: mailFinish})
+			}
+		}
+	}
+	select {
+	case t.retain <- struct{}{}:
+	default:
+	}
+}
+
+// retention deletes what no retained checkpoint needs, after each completed
+// checkpoint. Its failures are logged, never fatal: the next call finishes
+// the work.
+func (t *task) retention(ctx context.Context) error {
+	r := checkpoint.NewRetainer(t.storage, t.job, t.id, checkpoint.RetainOptions{Retained: t.cfg.Retained, Logger: t.log})
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.retain:
+		}
+		if _, err := r.Retain(ctx); err != nil && ctx.Err() == nil {
+			t.log.Warn("checkpoint retention failed; the next checkpoint retries", "err", err)
+		}
+	}
+}
+
+// NotifyAborted implements checkpoint.Executor.
+func (t *task) NotifyAborted(id checkpoint.ID, err error) {
+	t.log.Warn("checkpoint aborted", "checkpoint", id, "err", err)
+	t.mu.Lock()
+	retry := t.finalID == id
+	if retry {
+		t.finalID = 0
+	}
+	t.mu.Unlock()
+	for _, r := range t.roots {
+		r.mail.post(mail{kind: mailAborted, id: id})
+	}
+	if retry {
+		t.driver.TriggerNow()
+	}
+}
+
+// checkRestoredOperators refuses a checkpoint with state of an operator the
+// job no longer has: restoring without it would drop that state silently.
+// A source's state is its positions: without them a renamed source would
+// read its input again from the start, and a job downstream of it would
+// count that input twice.
+func (t *task) checkRestoredOperators() error {
+	known := map[string]bool{}
+	for _, n := range t.plan.g.nodes {
+		known[n.name] = true
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.restored)) {
+		a := t.restored[name]
+		switch {
+		case known[name]:
+		case len(a.Committables) > 0:
+			return fmt.Errorf("%w: checkpoint %d has pending transactions of sink %q, which the job does not have: "+
+				"run the job that has it until it drains (SIGTERM), then upgrade", ErrIncompatibleCheckpoint, t.restoredFrom, name)
+		case t.cfg.AllowNonRestoredState && (len(a.Sources) > 0 || a.State != nil):
+			t.log.Warn("dropping the checkpoint's state of an operator the job does not have (allow non-restored state)",
+				"checkpoint", t.restoredFrom, "operator", name, "source_positions", len(a.Sources), "state", a.State != nil)
+		case len(a.Sources) > 0:
+			return fmt.Errorf("%w: checkpoint %d has the positions of source %q, which the job does not have: "+
+				"a renamed source would read its input again from its start (operator names key a checkpoint; "+
+				"--allow-non-restored-state drops them)", ErrIncompatibleCheckpoint, t.restoredFrom, name)
+		case a.State != nil:
+			return fmt.Errorf("%w: checkpoint %d has state of operator %q, which the job does not have "+
+				"(--allow-non-restored-state drops it)", ErrIncompatibleCheckpoint, t.restoredFrom, name)
+		}
+	}
+	return nil
+}
+
+// run builds the task, restores it and runs it until its input ends (after
+// a final checkpoint), ctx is cancelled, or it fails.
+func (t *task) run(ctx context.Context) (err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	t.ctx = ctx
+	t.started = time.Now()
+	defer func() {
+		cancel()
+		t.uploads.Wait()
+		for _, c := range slices.Backward(t.closers) {
+			if cerr := c(); cerr != nil && err == nil {
+				err = cerr
+			}
+		}
+	}()
+
+	highest, err := t.restore(ctx)
+	if err != nil {
+		return err
+	}
+	if err := t.checkRestoredOperators(); err != nil {
+		return err
+	}
+	participants := t.plan.Operators()
+	coord := checkpoint.NewCoordinator(t.cfg.Checkpoint, participants, highest, time.Now())
+	t.driver = checkpoint.NewDriver(checkpoint.DriverConfig{
+		Coordinator: coord,
+		Storage:     t.storage,
+		Job:         t.job,
+		Task:        t.id,
+		Epoch:       t.epoch,
+		Executor:    t,
+		Logger:      t.cfg.Logger, // the driver adds job and task itself
+		OnComplete:  func(m checkpoint.Manifest) { t.observer.CheckpointCompleted(t.job, t.id, m) },
+		OnAborted:   func(id checkpoint.ID, err error) { t.observer.CheckpointAborted(t.job, t.id, id, err) },
+	})
+
+	// Everything the task starts stops when any part of it fails: senders
+	// blocked on a full channel and uploads included.
+	g, gctx := errgroup.WithContext(ctx)
+	t.ctx = gctx
+	nodes := t.plan.g.nodes
+	for i := len(nodes) - 1; i >= 0; i-- {
+		if err := nodes[i].build(t); err != nil {
+			return err
+		}
+	}
+	// The sinks fence every other owner when they open: not if a newer
+	// one claimed the task while this one restored.
+	if err := t.stillOwner(ctx); err != nil {
+		return err
+	}
+	for _, open := range t.openers {
+		if err := open(); err != nil {
+			return err
+		}
+	}
+	t.observer.TaskRestored(t.job, t.id, t.epoch, t.restoredFrom, time.Since(t.started))
+
+	dctx, stopDriver := context.WithCancel(gctx)
+	defer stopDriver()
+	if t.cfg.Retained > 0 {
+		t.retain = make(chan struct{}, 1)
+		g.Go(func() error { return t.retention(dctx) })
+	}
+	g.Go(func() error { return t.driver.Run(dctx) })
+	var live sync.WaitGroup
+	for _, r := range t.roots {
+		live.Add(1)
+		g.Go(func() error {
+			err := r.run(gctx)
+			live.Done()
+			if err != nil && !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("task %d: %w", t.id, err)
+			}
+			return err
+		})
+	}
+	// A drain makes every source end as if its input were exhausted: the
+	// final checkpoint and its commit follow as for a bounded input.
+	g.Go(func() error {
+		select {
+		case <-dctx.Done():
+		case <-t.drain:
+			t.log.Info("draining: final checkpoint, then stop")
+			for _, r := range t.roots {
+				if r.source {
+					r.mail.post(mail{kind: mailDrain})
+				}
+			}
+		}
+		return nil
+	})
+	// When every root has ended normally, the final checkpoint is complete:
+	// stop the driver.
+	g.Go(func() error {
+		live.Wait()
+		stopDriver()
+		return nil
+	})
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	t.recordFinalCommits(ctx)
+	return nil
+}
+
+// committer is a sink operator, as the task sees it at its end.
+type committer interface {
+	// committedUnrecorded returns the transactions it committed that no
+	// completed checkpoint's manifest records.
+	committedUnrecorded() []checkpoint.Committable
+}
+
+// recordFinalCommits writes the commit record of the task's final
+// checkpoint, once every root ended after it: no later manifest will
+// record that its transactions were committed, and the broker forgets
+// them in time (see checkpoint.CommitRecord). A failure is logged, not
+// returned: the output is right, and should the broker forget the
+// transactions before the task runs again, restore says it cannot tell
+// instead of guessing.
+func (t *task) recordFinalCommits(ctx context.Context) {
+	t.mu.Lock()
+	final := t.finalID
+	t.mu.Unlock()
+	var cs []checkpoint.Committable
+	for _, c := range t.committers {
+		cs = append(cs, c.committedUnrecorded()...)
+	}
+	if final == 0 || len(cs) == 0 {
+		return
+	}
+	if d := t.cfg.Checkpoint.Timeout; d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	r := checkpoint.CommitRecord{Job: t.job, Task: t.id, Checkpoint: final, Epoch: t.epoch, Timestamp: t.now(), Committed: cs}
+	if err := checkpoint.WriteCommitRecord(ctx, t.storage, r, t.attempt); err != nil {
+		t.log.Error("could not record that the final checkpoint's transactions committed; "+
+			"should the broker forget them before the task runs again, its restore fails saying so", "checkpoint", final, "err", err)
+		return
+	}
+	t.log.Debug("recorded the final checkpoint's commits", "checkpoint", final, "transactions", len(cs))
+}
