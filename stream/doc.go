@@ -37,7 +37,20 @@
 //     ReadWithWatermarks, windows (Aggregate, Reduce, Apply over Tumbling,
 //     Sliding and Session) and joins (IntervalJoin, WindowJoin).
 //   - Source and Sink take sources and sinks of your own: tests run a
-//     job's graph over slices with SliceSource and Collect.
+//     job's graph over slices with SliceSource, Collect and RunLocal.
+//
+// The types a keyed function sees are the engine's, named here by alias;
+// their methods:
+//
+//   - Context: Key, Emit, EmitAt (with an event time), Position (where the
+//     record came from), Timestamp (its event time), Now, Watermark, and
+//     the timers of the key at hand: RegisterTimer, DeleteTimer
+//     (processing time, OnTimer) and RegisterEventTimer, DeleteEventTimer
+//     (event time, OnEventTimer).
+//   - Setup: the Backend and Scope that ValueState, ListState and MapState
+//     declare state in; Task, the task's index.
+//   - Emitter: Emit, in a FlatMap.
+//   - Batch: Add and Len, in a source of your own's Poll.
 //
 // Duties of the caller: give every operator a name that is unique in the job
 // and stable across versions (names identify state and positions in
