@@ -84,6 +84,12 @@ type Config[T any] struct {
 	// Topics are the input topics; all must have the same partition count.
 	// Required, no duplicates.
 	Topics []string
+	// DropUnreadPositions drops restored positions of topics not in Topics
+	// (the job reads other topics since its checkpoint) with a warning;
+	// without it such a position fails the restore, wrapping
+	// engine.ErrIncompatibleCheckpoint, as Flink refuses state it cannot
+	// map without --allowNonRestoredState.
+	DropUnreadPositions bool
 	// Decode turns a record into a value. Required.
 	Decode Decoder[T]
 

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -192,7 +193,14 @@ func (r *reader[T]) restore(restored []checkpoint.SourcePosition) error {
 		case p.Topic == "":
 			return fmt.Errorf("restored position %+v names no topic", p)
 		case !slices.Contains(r.cfg.Topics, p.Topic):
-			r.log.Warn("kafka source drops restored position of a topic it no longer reads",
+			if !r.cfg.DropUnreadPositions {
+				return fmt.Errorf("%w: restored position %s/%d@%d is of a topic this source no longer reads (it reads %s): "+
+					"the job's topics changed since its checkpoint (--topic, --input, or the job's code). "+
+					"The job's state holds that topic's records, and the new one would start from --start without them: "+
+					"point the job back at %s, or drop the position and read from --start with --allow-non-restored-state",
+					engine.ErrIncompatibleCheckpoint, p.Topic, p.Partition, p.Offset, strings.Join(r.cfg.Topics, ", "), p.Topic)
+			}
+			r.log.Warn("kafka source drops restored position of a topic it no longer reads (allowed: non-restored state)",
 				"topic", p.Topic, "partition", p.Partition, "offset", p.Offset)
 			continue
 		case p.Partition != r.part:

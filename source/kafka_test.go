@@ -246,7 +246,17 @@ func TestRestoredPositionsChecked(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "belongs to another task") {
 		t.Fatalf("position of partition 1 for task 0: got %v", err)
 	}
-	// A topic the job no longer reads is dropped; the others still restore.
+	// A topic the job no longer reads fails the restore, naming it and the
+	// way out; allowed, it is dropped and the others still restore.
+	_, err = openReaderErr(t, cfg, 1, []checkpoint.SourcePosition{
+		{Source: "src", Topic: "gone", Partition: 1, Offset: 7},
+		{Source: "src", Topic: topic, Partition: 1, Offset: 0},
+	})
+	if !errors.Is(err, engine.ErrIncompatibleCheckpoint) || !strings.Contains(err.Error(), "gone/1@7 is of a topic this source no longer reads") ||
+		!strings.Contains(err.Error(), "--allow-non-restored-state") {
+		t.Fatalf("position of a topic no longer read: got %v", err)
+	}
+	cfg.DropUnreadPositions = true
 	r := openReader(t, cfg, 1, []checkpoint.SourcePosition{
 		{Source: "src", Topic: "gone", Partition: 1, Offset: 7},
 		{Source: "src", Topic: topic, Partition: 1, Offset: 0},

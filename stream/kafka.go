@@ -89,15 +89,16 @@ func declareRead[T any](j *Job, name, topic string, decode Decoder[T]) engine.So
 // own, so that its metrics carry the task.
 func kafkaSource[T any](env *jobenv.Env, op, topic string, decode Decoder[T]) (engine.SourceFactory[T], error) {
 	sc := source.Config[T]{
-		Brokers:         env.Brokers,
-		MaxPollRecords:  env.BatchSize,
-		Topics:          []string{topic},
-		Start:           env.Start,
-		StartTime:       env.StartTime,
-		Decode:          decode,
-		OnDecodeError:   env.OnDecodeError,
-		DeadLetterTopic: env.DeadLetter,
-		GroupID:         env.LagGroup,
+		Brokers:             env.Brokers,
+		MaxPollRecords:      env.BatchSize,
+		Topics:              []string{topic},
+		Start:               env.Start,
+		StartTime:           env.StartTime,
+		Decode:              decode,
+		OnDecodeError:       env.OnDecodeError,
+		DeadLetterTopic:     env.DeadLetter,
+		GroupID:             env.LagGroup,
+		DropUnreadPositions: env.DropUnreadPositions,
 	}
 	if _, err := source.Kafka(sc); err != nil { // the settings, checked once
 		return nil, fmt.Errorf("read %q: %w", op, err)

@@ -51,6 +51,10 @@ type Env struct {
 	OnDecodeError source.OnDecodeError
 	DeadLetter    string
 	LagGroup      string
+	// DropUnreadPositions drops, with a warning, the checkpointed
+	// positions of topics the job no longer reads
+	// (--allow-non-restored-state); otherwise they fail the restore.
+	DropUnreadPositions bool
 	// CheckRecord refuses an input record over the worker's bounds; nil
 	// checks nothing.
 	CheckRecord func(*kgo.Record) error
