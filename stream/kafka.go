@@ -234,14 +234,11 @@ func (j *Job) resolve() {
 		}
 		env.Outputs = append(env.Outputs, topic)
 	}
-	switch {
-	case len(recs) > 1:
+	if len(recs) > 1 { // fewer only where a write failed Build already
 		all := Stream[*kgo.Record]{j: j, p: engine.Union(WritesName, recs...)}
 		if out := kafkaSink(j, env, WritesName, env.Outputs[0], func(r *kgo.Record) (*kgo.Record, error) { return r, nil }, false); out != nil {
 			Sink(all, WritesName+"-sink", out)
 		}
-	case len(recs) == 1: // cannot be: shared means several
-		j.g.Fail(fmt.Errorf("write %q: shared alone", writes[0].name))
 	}
 }
 
