@@ -67,6 +67,8 @@ func main() {
 	flag.DurationVar(&c.restoreSession, "restore-session-timeout", 6*time.Second, "group session timeout of the restore runs, waited out before each restart")
 	flag.StringVar(&c.processor, "processor", "", "the processor binary (default: go build ./cmd/processor)")
 	flag.StringVar(&c.dir, "dir", "", "working directory for state and checkpoints (default: a temporary one)")
+	flag.DurationVar(&c.interval, "interval", time.Second, "checkpoint interval of weir and Flink, commit interval of Kafka Streams")
+	weirFlags := flag.String("weir-flags", "", "more flags of weir's processor, space-separated (e.g. \"--http-addr 127.0.0.1:8089\" to profile it)")
 	svg := flag.String("svg", "", "also draw the figures as an SVG chart into this file")
 	flag.Parse()
 	if c.brokers == "" || flag.NArg() > 0 {
@@ -75,6 +77,7 @@ func main() {
 		os.Exit(2)
 	}
 	c.systems = strings.Split(*systems, ",")
+	c.weirFlags = strings.Fields(*weirFlags)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -120,6 +123,8 @@ type config struct {
 	restoreMB  int           // state of the restore runs, MB; 0: none
 	// restoreSession is the session timeout of the restore runs.
 	restoreSession time.Duration
+	interval       time.Duration // checkpoint or commit interval of every system
+	weirFlags      []string      // more flags of weir's processor
 }
 
 // childMain runs the processes bench starts of itself: `bench

@@ -26,6 +26,9 @@ import (
 var padding = []kgo.RecordHeader{{Key: "pad", Value: []byte(strings.Repeat("x", 72))}}
 
 func run(ctx context.Context, c config, log *slog.Logger) ([]result, []latency, []restore, error) {
+	if c.interval < time.Millisecond {
+		return nil, nil, nil, fmt.Errorf("--interval must be at least 1ms, got %v", c.interval)
+	}
 	if c.records < 0 || c.partitions <= 0 || c.keys <= 0 || c.runs <= 0 || c.latFor < 0 || c.latFor > 0 && c.latRate <= 0 ||
 		c.restoreMB < 0 || c.restoreMB > 0 && c.restoreSession < time.Second {
 		return nil, nil, nil, fmt.Errorf("bad settings %+v", c)
@@ -242,15 +245,17 @@ func (b *bench) start(s, in, out, name, dir string) (*exec.Cmd, error) {
 	case "passthrough":
 		cmd = exec.Command(b.self, "passthrough", brokers, in, out)
 	case "weir":
-		cmd = exec.Command(b.c.processor, "run", "--job", "count", "--name", name, "--brokers", brokers,
-			"--input", in, "--output", out, "--checkpoints", "file://"+filepath.Join(dir, "checkpoints"),
-			"--state-dir", filepath.Join(dir, "state"), "--interval", "1s", "--http-addr", "off", "--log-level", "warn")
+		args := []string{"run", "--job", "count", "--name", name, "--brokers", brokers,
+			"--input", in, "--output", out, "--checkpoints", "file://" + filepath.Join(dir, "checkpoints"),
+			"--state-dir", filepath.Join(dir, "state"), "--interval", b.c.interval.String(), "--http-addr", "off", "--log-level", "warn"}
+		cmd = exec.Command(b.c.processor, append(args, b.c.weirFlags...)...)
 	case "flink", "kstreams":
 		last := strconv.Itoa(b.c.partitions) // Flink: parallelism
 		if s == "kstreams" {
 			last = "2" // stream threads: one per core of the machine
 		}
-		cmd = exec.Command("java", "-cp", b.peerClasspath(s), "weir.bench.Count", brokers, in, out, name, dir, last)
+		cmd = exec.Command("java", "-cp", b.peerClasspath(s), "weir.bench.Count", brokers, in, out, name, dir, last,
+			strconv.FormatInt(b.c.interval.Milliseconds(), 10))
 	}
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = os.Stderr

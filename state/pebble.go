@@ -156,7 +156,9 @@ func NewPebble(opts PebbleOptions) Factory {
 //	db-<instance>/weir-restored   the shared objects a restore laid out there
 //	db-<other>/                   DBs of earlier backends, until this one's
 //	                              first Restore, Snapshot or Close
-//	snap/<instance>-<n>/          the checkpoint of one Snapshot, until Release
+//	snap/<instance>-<n>/          the checkpoint of one base Snapshot, until
+//	                              it and the deltas on it are released
+//	snap/<instance>-<n>-deltas/   the delta files of that base's chain
 //
 // Keyspace: the catalog maps each table name to a short id (uvarint, from 1)
 // and is stored in the DB under id 0, so that every snapshot carries it and a
@@ -206,6 +208,14 @@ type Pebble struct {
 	// done; nil if none was started since. Only cuts use it, one at a time.
 	flushing <-chan struct{}
 	snapN    int
+	// chain is the base snapshot and deltas the next delta snapshot
+	// extends; nil: the next snapshot is a base (see pebble_delta.go).
+	chain *snapChain
+	// dbWritten tells that something was written to the DB (not only to
+	// the value caches) since the chain's base was cut: the next snapshot
+	// must be a base.
+	dbWritten bool
+	deltaBuf  []byte
 	// cutHook, if set, runs first in the next cut (tests hold cuts open
 	// with it).
 	cutHook func()
@@ -443,6 +453,7 @@ func (p *Pebble) declare(name string, kind tableKind) (*pebbleTable, error) {
 		if err != nil {
 			return nil, err
 		}
+		p.dbWritten = true
 		if err := rw.Set(catalogKey(name), e.encode(), pebble.NoSync); err != nil {
 			return nil, fmt.Errorf("state: pebble: declare %q: %w", name, err)
 		}
@@ -601,6 +612,7 @@ func (p *Pebble) Close() error {
 	}
 	p.dropValues()
 	p.dropWindow()
+	p.dropChain()
 	err := p.db.Close()
 	p.db = nil
 	// Only now, with the DB closed, may another backend delete its directory.

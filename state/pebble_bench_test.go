@@ -154,7 +154,7 @@ func benchCheckpoint(b *testing.B, size int) {
 		uploaded += h.Incremental
 		total += h.Size
 		for _, f := range h.Files {
-			if !f.Shared {
+			if !isShared(f.Local) {
 				mutable += f.Size
 			}
 		}

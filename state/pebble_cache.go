@@ -1,5 +1,7 @@
 package state
 
+import "github.com/cockroachdb/pebble/v2"
+
 // Value tables of the Pebble backend keep the values the task reads and
 // writes in memory, and write them to Pebble only at a snapshot (or when
 // the cache is full): a key updated on every record of an interval costs
@@ -10,10 +12,13 @@ package state
 // writes through on every access; Kafka Streams' record cache works as
 // this one does.
 //
-// The cache holds what Pebble would: Snapshot writes it out first, so a
-// snapshot reflects every write before it; a Restore that succeeds drops
-// it (one that fails keeps it, with the state); Close drops it too (what was written since the last snapshot is never read again:
-// the next backend restores a checkpoint).
+// The cache holds what Pebble would. A snapshot reflects every write before
+// it: a base snapshot writes the cache out to Pebble first; a delta
+// snapshot (see pebble_delta.go) writes only the entries changed since the
+// last snapshot to a file, and the cache keeps them until it is written out.
+// A Restore that succeeds drops the cache (one that fails keeps it, with
+// the state); Close drops it too (what was written since the last snapshot
+// is never read again: the next backend restores a checkpoint).
 
 // valueCacheBytes bounds one table's cache (keys, values and about 64
 // bytes of overhead an entry): past it the cache is written out and
@@ -29,6 +34,8 @@ type cacheEntry struct {
 	v     []byte
 	ok    bool // present (false: known absent, or deleted)
 	dirty bool // differs from Pebble
+	// changed: written since the last snapshot (and listed in changes)
+	changed bool
 }
 
 // cachedValue is a Pebble value table with its cache.
@@ -36,7 +43,10 @@ type cachedValue struct {
 	t     *pebbleTable
 	m     map[string]*cacheEntry
 	dirty int
-	bytes int // keys, values and overhead of the entries
+	// changes are the entries written since the last snapshot, the next
+	// delta's contents.
+	changes []*cacheEntry
+	bytes   int // keys, values and overhead of the entries
 	// last is the entry of the last key looked up: a keyed function reads
 	// and then writes its key's value, the second lookup is this compare.
 	last *cacheEntry
@@ -111,6 +121,19 @@ func (c *cachedValue) markDirty(e *cacheEntry) {
 		e.dirty = true
 		c.dirty++
 	}
+	if !e.changed {
+		e.changed = true
+		c.changes = append(c.changes, e)
+	}
+}
+
+// clearChanges starts the next snapshot's changes.
+func (c *cachedValue) clearChanges() {
+	for _, e := range c.changes {
+		e.changed = false
+	}
+	clear(c.changes)
+	c.changes = c.changes[:0]
 }
 
 // entry adds an entry for key, writing the cache out and emptying it
@@ -129,33 +152,82 @@ func (c *cachedValue) entry(key []byte) (*cacheEntry, error) {
 	return e, nil
 }
 
-// flush writes the dirty entries to Pebble.
+// flush writes the dirty entries to Pebble, in batches: a write of its own
+// per entry costs a commit of Pebble's each. A batch stays small next to a
+// memtable (1/64): one that does not fit the rest of the memtable rotates
+// it, and Pebble counts each queued memtable at its full size against the
+// memtables it allows before it stalls writes, which flushes that fail
+// (a full disk) fill up.
 func (c *cachedValue) flush() error {
 	if c.dirty == 0 {
 		return nil
 	}
+	rw, err := c.t.wdb()
+	if err != nil {
+		return err
+	}
+	db, _ := rw.(*pebble.DB) // else a write window's batch: write to it
+	var b *pebble.Batch
+	var done []*cacheEntry
+	apply := func() error {
+		if c.t.p.health.troubled.Load() {
+			if err := c.t.p.checkRoom(int64(b.Len())); err != nil {
+				return err
+			}
+		}
+		if err := db.Apply(b, pebble.NoSync); err != nil {
+			return c.t.wrap("write out", err)
+		}
+		b.Reset()
+		for _, e := range done {
+			e.dirty = false
+			c.dirty--
+		}
+		done = done[:0]
+		return nil
+	}
+	w := rw
+	if db != nil {
+		b = db.NewBatch()
+		defer b.Close()
+		w = b
+	}
+	limit := int(c.t.p.opts.MemTableSize / 64)
 	for _, e := range c.m {
 		if !e.dirty {
 			continue
 		}
-		var err error
+		k := c.t.key([]byte(e.key))
 		if e.ok {
-			err = c.t.set(c.t.key([]byte(e.key)), e.v)
+			err = w.Set(k, e.v, pebble.NoSync)
 		} else {
-			err = c.t.del(c.t.key([]byte(e.key)))
+			err = w.Delete(k, pebble.NoSync)
 		}
 		if err != nil {
-			return err
+			return c.t.wrap("write out", err)
 		}
-		e.dirty = false
-		c.dirty--
+		done = append(done, e)
+		if b != nil && b.Len() >= limit {
+			if err := apply(); err != nil {
+				return err
+			}
+		}
 	}
+	if b != nil {
+		return apply()
+	}
+	for _, e := range done {
+		e.dirty = false
+	}
+	c.dirty = 0
 	return nil
 }
 
 // drop forgets the cache, written out or not.
 func (c *cachedValue) drop() {
 	clear(c.m)
+	clear(c.changes)
+	c.changes = c.changes[:0]
 	c.dirty, c.bytes = 0, 0
 	c.last = nil
 }

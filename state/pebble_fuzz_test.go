@@ -263,8 +263,8 @@ func FuzzPebbleRestore(f *testing.F) {
 		f.Fatal(err)
 	}
 	fuzzseed.Add(f, []fuzzSeed{
-		{Name: "sst-byte", Args: []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return f.Shared })), uint32(100), []byte{0xff}, false}},
-		{Name: "sst-cut", Args: []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return f.Shared })), uint32(1000), []byte{}, true}},
+		{Name: "sst-byte", Args: []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return isShared(f.Local) })), uint32(100), []byte{0xff}, false}},
+		{Name: "sst-cut", Args: []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return isShared(f.Local) })), uint32(1000), []byte{}, true}},
 		{Name: "manifest-byte", Args: []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return strings.HasPrefix(f.Local, "MANIFEST-") })), uint32(20), []byte{0, 0, 0, 0}, false}},
 		{Name: "options-cut", Args: []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return strings.HasPrefix(f.Local, "OPTIONS-") })), uint32(40), []byte{}, true}},
 		{Name: "marker", Args: []any{uint8(slices.IndexFunc(h.Files, func(f checkpoint.FileRef) bool { return strings.HasPrefix(f.Local, "marker.") })), uint32(0), []byte("x"), false}},

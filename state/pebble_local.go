@@ -196,7 +196,7 @@ func objectInstance(f checkpoint.FileRef) (string, bool) {
 func (p *Pebble) writeRestoredList(dbDir string, handle checkpoint.StateHandle) error {
 	var b strings.Builder
 	for _, f := range handle.Files {
-		if inst, ok := objectInstance(f); ok && f.Shared {
+		if inst, ok := objectInstance(f); ok && f.Shared && isShared(f.Local) {
 			b.WriteString(inst + "/" + f.Local + "\n")
 		}
 	}

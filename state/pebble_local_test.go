@@ -83,7 +83,7 @@ func newReuseFixture(t *testing.T, kill bool) reuseFixture {
 func (fx reuseFixture) shared() []checkpoint.FileRef {
 	var out []checkpoint.FileRef
 	for _, f := range fx.h.Files {
-		if f.Shared {
+		if isShared(f.Local) {
 			out = append(out, f)
 		}
 	}
@@ -234,7 +234,7 @@ func TestPebbleRestoreReusesRestoredFiles(t *testing.T) {
 	want := readAll(t, q, reuseKeys)
 	var inherited, shared int64
 	for _, f := range h2.Files {
-		if f.Shared {
+		if isShared(f.Local) {
 			shared += f.Size
 			if !strings.Contains(f.Name, "/"+q.Instance()+"/") {
 				inherited += f.Size
@@ -289,7 +289,7 @@ func TestPebbleStaleDirs(t *testing.T) {
 			h := fx.h
 			h.Files = slices.Clone(h.Files)
 			for i, f := range h.Files {
-				if !f.Shared {
+				if !isShared(f.Local) {
 					h.Files[i].Name += "-missing"
 					break
 				}

@@ -86,7 +86,7 @@ func (p *Pebble) restore(ctx context.Context, st checkpoint.Storage, handle chec
 			return fmt.Errorf("state: pebble: restore: two files named %q", f.Local)
 		}
 		seen[f.Local] = true
-		if f.Shared {
+		if f.Shared && isShared(f.Local) { // SSTs and blobs: the files a later base may hold again
 			have[f.Local] = f
 		}
 	}
@@ -109,6 +109,7 @@ func (p *Pebble) restore(ctx context.Context, st checkpoint.Storage, handle chec
 
 	old, oldDir, oldLock := p.db, p.dbDir, p.lock
 	p.db, p.health, p.dbDir, p.lock, p.instance, p.shared = db, health, dbDir, lock, inst, newSharedSet(have)
+	p.dropChain() // of the replaced instance: the next snapshot is a base
 	p.flushing = nil
 	p.catalog = cat
 	p.nextID = 1
@@ -159,12 +160,20 @@ func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle 
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	// Delta files go beside the DB, to be applied once it is open.
+	deltaDir := filepath.Join(p.dir, "snap", "restore-"+filepath.Base(dir))
+	defer os.RemoveAll(deltaDir)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(p.opts.UploadParallelism)
 	for _, f := range handle.Files {
 		g.Go(func() error {
 			path := filepath.Join(dir, f.Local)
-			if f.Shared && p.reuse(gctx, local, newDir, f, path) {
+			if isDelta(f.Local) {
+				if err := p.opts.FS.MkdirAll(deltaDir, 0o755); err != nil {
+					return err
+				}
+				path = filepath.Join(deltaDir, f.Local)
+			} else if f.Shared && p.reuse(gctx, local, newDir, f, path) {
 				c.reused.Add(1)
 				c.reusedBytes.Add(f.Size)
 				return nil
@@ -182,6 +191,10 @@ func (p *Pebble) restoreInto(ctx context.Context, st checkpoint.Storage, handle 
 	db, health, err := p.openDB(dir, lock, true)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("open the restored DB: %w", restoredDBError(handle, err))
+	}
+	if _, err := applyDeltas(db, p.opts.FS, deltaDir, handle); err != nil {
+		db.Close()
+		return nil, nil, nil, fmt.Errorf("apply the restored deltas: %w", err)
 	}
 	cat, err := readCatalog(db)
 	if err == nil {
@@ -229,8 +242,9 @@ func download(ctx context.Context, st checkpoint.Storage, f checkpoint.FileRef, 
 // and checksum, so a file Pebble refuses was uploaded that way, and the
 // object is what an operator can look at; Pebble names only local files,
 // by name or, for a table, by its number. When it names none of them (a
-// bad OPTIONS file, say), the error lists the snapshot's own files, which
-// are few: the shared tables are many, and Pebble names those.
+// bad OPTIONS file, say), the error lists the snapshot's other files
+// (mutable files and deltas), which are few: the tables are many, and
+// Pebble names those.
 func restoredDBError(handle checkpoint.StateHandle, err error) error {
 	msg := err.Error()
 	var named, own []string
@@ -238,7 +252,7 @@ func restoredDBError(handle checkpoint.StateHandle, err error) error {
 		if mentionsFile(msg, f.Local) {
 			named = append(named, f.Name)
 		}
-		if !f.Shared {
+		if !isShared(f.Local) {
 			own = append(own, f.Name)
 		}
 	}

@@ -35,10 +35,6 @@ func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 		return nil, fmt.Errorf("state: pebble: snapshot %d: %w", id, err)
 	}
 	start := time.Now()
-	// The value caches' writes go first: the snapshot reflects them.
-	if err := p.flushValues(); err != nil {
-		return nil, err
-	}
 	if p.stale != nil {
 		// No Restore came to reuse the earlier backends' DBs: delete them,
 		// off the pause and the cut.
@@ -50,6 +46,14 @@ func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 			p.removeDirs(stale)
 		}()
 	}
+	if p.chain != nil && !p.dbWritten && p.chain.extendable() {
+		return p.deltaSnapshot(id, start)
+	}
+	p.dropChain()
+	// The value caches' writes go first: the snapshot reflects them.
+	if err := p.flushValues(); err != nil {
+		return nil, err
+	}
 	if p.window != nil {
 		if err := p.closeWindow(); err != nil {
 			return nil, fmt.Errorf("state: pebble: snapshot %d: %w", id, err)
@@ -60,8 +64,15 @@ func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, fmt.Errorf("state: pebble: snapshot %d: %w", id, err)
 	}
-	s := &PebbleSnapshot{id: id, dir: dir, shared: p.shared, instance: p.instance, parallel: p.opts.UploadParallelism,
+	s := &PebbleSnapshot{id: id, n: p.snapN, dir: dir, shared: p.shared, instance: p.instance, parallel: p.opts.UploadParallelism,
 		fs: p.opts.FS, done: make(chan struct{})}
+	// The base of the deltas that follow, held by the backend and s.
+	s.chain = &snapChain{base: s, dir: dir + "-deltas", refs: 2}
+	p.chain = s.chain
+	p.dbWritten = false
+	for _, v := range p.values {
+		v.clearChanges()
+	}
 	p.window = &writeWindow{batch: p.db.NewIndexedBatch(), snap: s}
 	hook := p.cutHook
 	go func() {
@@ -216,6 +227,7 @@ const walFlushThreshold = 1 << 20
 // Release.
 type PebbleSnapshot struct {
 	id       checkpoint.ID
+	n        int // the store's snapshot number
 	dir      string
 	instance string
 	shared   *sharedSet
@@ -230,8 +242,18 @@ type PebbleSnapshot struct {
 	flush time.Duration
 	cut   time.Duration
 
+	// chain is the chain s is the base or a delta of; deltas, for a delta,
+	// are the chain's deltas up to s.
+	chain  *snapChain
+	deltas []deltaFile
+
 	mu       sync.Mutex
 	released bool
+
+	// up is held during an upload of a base's files; refs are their
+	// references once one succeeded (the chain's deltas reuse them).
+	up   sync.Mutex
+	refs []checkpoint.FileRef
 }
 
 // Pause is how long Snapshot took: the time the operator did not process
@@ -261,9 +283,15 @@ func isShared(name string) bool {
 
 // Upload implements Snapshot. Immutable files go to shared + instance + "/"
 // + name, once per store instance: later snapshots that still hold a file
-// reference the object already uploaded. Mutable files go to dir + name.
+// reference the object already uploaded. A base snapshot's copies of the
+// mutable files go to shared + instance + "/snap-<n>/" + name, and a delta
+// snapshot's delta to shared + instance + "/" + its name: every file is
+// shared, since the deltas of a chain reference their base's files and the
+// deltas before them, and the names are unique to the store instance and
+// snapshot, so no two owners write one object. Nothing goes under dir.
 // The handle lists every file of the snapshot with Local its name in the DB
-// directory; Incremental counts the bytes this call uploaded.
+// directory (a delta's: its own name), the base's files first, then the
+// chain's deltas in order; Incremental counts the bytes this call uploaded.
 //
 // The store remembers an uploaded shared file whether or not the checkpoint
 // that uploaded it completes, and later checkpoints reference it. So
@@ -277,13 +305,53 @@ func (s *PebbleSnapshot) Upload(ctx context.Context, st checkpoint.Storage, dir,
 	if released {
 		return checkpoint.StateHandle{}, fmt.Errorf("state: pebble: upload snapshot of checkpoint %d after release", s.id)
 	}
+	base := s.chain.base
+	refs, inc, err := base.uploadBase(ctx, st, shared)
+	if err != nil {
+		return checkpoint.StateHandle{}, err
+	}
+	h := checkpoint.StateHandle{Backend: "pebble", Files: append([]checkpoint.FileRef(nil), refs...), Incremental: inc}
+	for _, d := range s.deltas {
+		ref, fresh, err := s.shared.upload(ctx, d.name, func() (checkpoint.FileRef, error) {
+			f, err := s.fs.Open(filepath.Join(s.chain.dir, d.name))
+			if err != nil {
+				return checkpoint.FileRef{}, err
+			}
+			defer f.Close()
+			return checkpoint.PutFile(ctx, st, shared+s.instance+"/"+d.name, f)
+		})
+		if err != nil {
+			return checkpoint.StateHandle{}, fmt.Errorf("state: pebble: upload %s of checkpoint %d: %w", d.name, s.id, err)
+		}
+		ref.Local, ref.Shared = d.name, true
+		h.Files = append(h.Files, ref)
+		if fresh {
+			h.Incremental += ref.Size
+		}
+	}
+	for _, r := range h.Files {
+		h.Size += r.Size
+	}
+	return h, nil
+}
+
+// uploadBase uploads the files of base snapshot s, once: a later call
+// (a delta's of its chain) returns the references of the first that
+// succeeded, with no incremental bytes. A failed call leaves the next to
+// try again.
+func (s *PebbleSnapshot) uploadBase(ctx context.Context, st checkpoint.Storage, shared string) ([]checkpoint.FileRef, int64, error) {
+	s.up.Lock()
+	defer s.up.Unlock()
+	if s.refs != nil {
+		return s.refs, 0, nil
+	}
 	select {
 	case <-s.done:
 	case <-ctx.Done():
-		return checkpoint.StateHandle{}, ctx.Err()
+		return nil, 0, ctx.Err()
 	}
 	if s.err != nil {
-		return checkpoint.StateHandle{}, s.err
+		return nil, 0, s.err
 	}
 	refs := make([]checkpoint.FileRef, len(s.files))
 	fresh := make([]bool, len(s.files))
@@ -306,27 +374,29 @@ func (s *PebbleSnapshot) Upload(ctx context.Context, st checkpoint.Storage, dir,
 					return put(shared + s.instance + "/" + name)
 				})
 			} else {
-				refs[i], err = put(dir + name)
+				// This snapshot's copy of a mutable file, which the deltas
+				// on it share.
+				refs[i], err = put(shared + s.instance + "/" + fmt.Sprintf("snap-%d/", s.n) + name)
 				fresh[i] = true
 			}
 			if err != nil {
 				return fmt.Errorf("state: pebble: upload %s of checkpoint %d: %w", name, s.id, err)
 			}
-			refs[i].Local, refs[i].Shared = name, isShared(name)
+			refs[i].Local, refs[i].Shared = name, true
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return checkpoint.StateHandle{}, err
+		return nil, 0, err
 	}
-	h := checkpoint.StateHandle{Backend: "pebble", Files: refs}
+	var inc int64
 	for i, r := range refs {
-		h.Size += r.Size
 		if fresh[i] {
-			h.Incremental += r.Size
+			inc += r.Size
 		}
 	}
-	return h, nil
+	s.refs = refs
+	return refs, inc, nil
 }
 
 // Release implements Snapshot: it removes the checkpoint directory, once the
@@ -339,7 +409,7 @@ func (s *PebbleSnapshot) Release() {
 		return
 	}
 	s.released = true
-	os.RemoveAll(s.dir)
+	s.chain.release()
 }
 
 // sharedSet is what one store instance has in storage: its immutable files,

@@ -17,6 +17,13 @@ import (
 
 func (t *pebbleTable) db() (pebbleRW, error) { return t.p.rw() }
 
+// wdb is db for a write: the next snapshot must be a base, which holds the
+// DB's contents (a delta holds only the value caches' changes).
+func (t *pebbleTable) wdb() (pebbleRW, error) {
+	t.p.dbWritten = true
+	return t.p.rw()
+}
+
 // key builds prefix||k in the backend's key buffer; Pebble copies keys on
 // write and does not keep them on read.
 func (t *pebbleTable) key(k []byte) []byte {
@@ -57,7 +64,7 @@ func (t *pebbleTable) get(key []byte) ([]byte, bool, error) {
 }
 
 func (t *pebbleTable) set(key, value []byte) error {
-	db, err := t.db()
+	db, err := t.wdb()
 	if err != nil {
 		return err
 	}
@@ -68,7 +75,7 @@ func (t *pebbleTable) set(key, value []byte) error {
 }
 
 func (t *pebbleTable) del(key []byte) error {
-	db, err := t.db()
+	db, err := t.wdb()
 	if err != nil {
 		return err
 	}
@@ -122,7 +129,7 @@ func (l *pebbleList) t() *pebbleTable { return (*pebbleTable)(l) }
 
 func (l *pebbleList) Append(key, value []byte) error {
 	t := l.t()
-	db, err := t.db()
+	db, err := t.wdb()
 	if err != nil {
 		return err
 	}
@@ -234,7 +241,7 @@ func (m *pebbleMap) Iterate(key []byte, fn func(userKey, value []byte) error) er
 
 func (m *pebbleMap) Clear(key []byte) error {
 	t := m.t()
-	db, err := t.db()
+	db, err := t.wdb()
 	if err != nil {
 		return err
 	}

@@ -458,6 +458,9 @@ func testPebbleIncremental(t *testing.T, opts PebbleOptions) {
 	fillValues(t, v, n+10, n+10+n/100, 200, "two")
 	v.Delete(k(n - 1))
 	want2 := readAll(t, p, 2*n)
+	// This test is of base snapshots (a DB write makes one; the caches'
+	// changes alone would make a delta: TestPebbleDeltaSnapshots).
+	p.dbWritten = true
 
 	h1, err := s1.Upload(ctx, st, "chk-1/op/", "shared/op/")
 	s1.Release()
@@ -477,8 +480,11 @@ func testPebbleIncremental(t *testing.T, opts PebbleOptions) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(s2.(*PebbleSnapshot).dir); !os.IsNotExist(err) {
-		t.Errorf("Release left the checkpoint directory: %v", err)
+	if _, err := os.Stat(s1.(*PebbleSnapshot).dir); !os.IsNotExist(err) {
+		t.Errorf("Release left the checkpoint directory of a base no chain holds: %v", err)
+	}
+	if _, err := os.Stat(s2.(*PebbleSnapshot).dir); err != nil {
+		t.Errorf("the checkpoint directory of the chain's base is gone: %v", err)
 	}
 
 	// What the second upload wrote: its mutable files and the SSTs the first
@@ -500,8 +506,10 @@ func testPebbleIncremental(t *testing.T, opts PebbleOptions) {
 	for _, f := range h2.Files {
 		switch {
 		case !f.Shared:
-			if !strings.HasPrefix(f.Name, "chk-2/op/") || isShared(f.Local) {
-				t.Errorf("mutable file %+v", f)
+			t.Errorf("file %+v not shared", f)
+		case !isShared(f.Local):
+			if want := "shared/op/" + p.Instance() + "/snap-2/" + f.Local; f.Name != want {
+				t.Errorf("mutable file named %s, want %s", f.Name, want)
 			}
 			wantNew, wantInc = append(wantNew, f.Name), wantInc+f.Size
 		case in1[f.Local].Shared:
@@ -558,7 +566,7 @@ func testPebbleIncremental(t *testing.T, opts PebbleOptions) {
 	reused := 0
 	var inc int64
 	for _, f := range h3.Files {
-		if old, ok := in2[f.Local]; ok && f.Shared {
+		if old, ok := in2[f.Local]; ok && isShared(f.Local) {
 			reused++
 			if old != f {
 				t.Errorf("restored file %s uploaded again: %+v, was %+v", f.Local, f, old)
@@ -621,7 +629,7 @@ func TestPebbleRestoreBadFile(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var victim checkpoint.FileRef
 			for _, f := range h.Files {
-				if f.Shared == tt.shared && (tt.shared || strings.HasPrefix(f.Local, "MANIFEST")) {
+				if isShared(f.Local) == tt.shared && (tt.shared || strings.HasPrefix(f.Local, "MANIFEST")) {
 					victim = f
 				}
 			}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"syscall"
 	"time"
 
@@ -17,9 +18,10 @@ import (
 	"github.com/weirstream/weir/worker/internal/status"
 )
 
-// serveHTTP serves the status page (/ and /status.json), /metrics, /healthz
-// and /readyz on addr until stop. If addr is the default and taken (another
-// worker on the host has it), it serves on any free port of 127.0.0.1.
+// serveHTTP serves the status page (/ and /status.json), /metrics, /healthz,
+// /readyz and Go's profiles (/debug/pprof/) on addr until stop. If addr is
+// the default and taken (another worker on the host has it), it serves on
+// any free port of 127.0.0.1.
 func serveHTTP(ctx context.Context, addr string, fallback bool, g prometheus.Gatherer, w *worker, log *slog.Logger) (string, func(), error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil && fallback && errors.Is(err, syscall.EADDRINUSE) {
@@ -30,6 +32,9 @@ func serveHTTP(ctx context.Context, addr string, fallback bool, g prometheus.Gat
 		return "", nil, err
 	}
 	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.Handle("/metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/healthz", func(rw http.ResponseWriter, _ *http.Request) { _, _ = rw.Write([]byte("ok\n")) })
 	mux.HandleFunc("/readyz", func(rw http.ResponseWriter, _ *http.Request) {

@@ -75,8 +75,11 @@ func sourceOffset(t *testing.T, m checkpoint.Manifest) int64 {
 }
 
 // damageNewest breaks one file of the newest checkpoint's keyed state that
-// no other checkpoint shares, and returns that checkpoint, the one before it
-// and the file's name.
+// the checkpoint before it does not reference, and returns that checkpoint
+// (newest), the one before it (prev) and the file's name. A checkpoint
+// whose state did not change since the one before it (a Pebble delta
+// snapshot with no changes) has no such file: newest is then the newest
+// checkpoint that has one, and the checkpoints after it share the damage.
 func damageNewest(t *testing.T, st *checkpoint.File, root, how string) (newest, prev checkpoint.Manifest, file string) {
 	t.Helper()
 	ctx := t.Context()
@@ -91,33 +94,43 @@ func damageNewest(t *testing.T, st *checkpoint.File, root, how string) (newest, 
 		}
 		return m
 	}
-	newest, prev = read(ids[len(ids)-1]), read(ids[len(ids)-2])
-	for _, a := range newest.Operators {
-		if a.Operator != "count" || a.State == nil {
-			continue
-		}
-		for _, f := range a.State.Files {
-			if f.Shared || f.Size == 0 {
-				continue
-			}
-			path := filepath.Join(root, filepath.FromSlash(f.Name))
-			switch how {
-			case "missing":
-				err = os.Remove(path)
-			case "corrupt":
-				var b []byte
-				if b, err = os.ReadFile(path); err == nil {
-					b[len(b)/2] ^= 0xff // same size, another checksum
-					err = os.WriteFile(path, b, 0o644)
+	for i := len(ids) - 1; i > 0; i-- {
+		newest, prev = read(ids[i]), read(ids[i-1])
+		inPrev := map[string]bool{}
+		for _, a := range prev.Operators {
+			if a.State != nil {
+				for _, f := range a.State.Files {
+					inPrev[f.Name] = true
 				}
 			}
-			if err != nil {
-				t.Fatal(err)
+		}
+		for _, a := range newest.Operators {
+			if a.Operator != "count" || a.State == nil {
+				continue
 			}
-			return newest, prev, f.Name
+			for _, f := range a.State.Files {
+				if inPrev[f.Name] || f.Size == 0 {
+					continue
+				}
+				path := filepath.Join(root, filepath.FromSlash(f.Name))
+				switch how {
+				case "missing":
+					err = os.Remove(path)
+				case "corrupt":
+					var b []byte
+					if b, err = os.ReadFile(path); err == nil {
+						b[len(b)/2] ^= 0xff // same size, another checksum
+						err = os.WriteFile(path, b, 0o644)
+					}
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				return newest, prev, f.Name
+			}
 		}
 	}
-	t.Fatalf("checkpoint %d has no state file of its own to damage", newest.Checkpoint)
+	t.Fatalf("no checkpoint of %v has a state file of its own to damage", ids)
 	return
 }
 

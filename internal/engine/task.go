@@ -226,9 +226,12 @@ func (t *task) NotifyComplete(id checkpoint.ID) {
 	}
 }
 
-// retention deletes what no retained checkpoint needs, after each completed
-// checkpoint. Its failures are logged, never fatal: the next call finishes
-// the work.
+// retention deletes what no retained checkpoint needs, after a completed
+// checkpoint, at most once per ten checkpoint intervals or a second: each
+// call lists the task's objects and reads the retained manifests, which at
+// 100 ms checkpoints cost more CPU than the checkpoints themselves.
+// Deleting later is safe (see checkpoint.Retainer). Its failures are
+// logged, never fatal: the next call finishes the work.
 func (t *task) retention(ctx context.Context) error {
 	r := checkpoint.NewRetainer(t.storage, t.job, t.id, checkpoint.RetainOptions{Retained: t.cfg.Retained, Logger: t.log})
 	for {
@@ -237,11 +240,20 @@ func (t *task) retention(ctx context.Context) error {
 			return nil
 		case <-t.retain:
 		}
+		next := time.Now().Add(min(10*t.cfg.Checkpoint.Interval, retainEvery))
 		if _, err := r.Retain(ctx); err != nil && ctx.Err() == nil {
 			t.log.Warn("checkpoint retention failed; the next checkpoint retries", "err", err)
 		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(time.Until(next)):
+		}
 	}
 }
+
+// retainEvery bounds the time between two retention calls of a task.
+const retainEvery = time.Second
 
 // NotifyAborted implements checkpoint.Executor.
 func (t *task) NotifyAborted(id checkpoint.ID, err error) {

@@ -27,15 +27,16 @@ import org.apache.kafka.clients.producer.ProducerRecord;
  * The benchmark's count job: for each input record (key, decimal value), its
  * key's running count and sum as {"key":...,"count":...,"sum":...}, keyed by
  * the key. One JVM, an embedded mini cluster, parallelism = partitions,
- * RocksDB state with incremental checkpoints every second to a local
+ * RocksDB state with incremental checkpoints every interval-ms to a local
  * directory, KafkaSink EXACTLY_ONCE.
  *
- * <p>Arguments: brokers input output job-name checkpoint-dir parallelism.
+ * <p>Arguments: brokers input output job-name checkpoint-dir parallelism
+ * interval-ms.
  */
 public final class Count {
   public static void main(String[] args) throws Exception {
-    if (args.length != 6) {
-      System.err.println("usage: Count brokers input output job-name checkpoint-dir parallelism");
+    if (args.length != 7) {
+      System.err.println("usage: Count brokers input output job-name checkpoint-dir parallelism interval-ms");
       System.exit(2);
     }
     String brokers = args[0], input = args[1], output = args[2], name = args[3];
@@ -43,7 +44,7 @@ public final class Count {
     conf.setString("state.backend.type", "rocksdb");
     conf.setString("execution.checkpointing.incremental", "true");
     conf.setString("execution.checkpointing.dir", "file://" + args[4]);
-    conf.setString("execution.checkpointing.interval", "1s");
+    conf.setString("execution.checkpointing.interval", args[6] + "ms");
     conf.setString("execution.checkpointing.mode", "EXACTLY_ONCE");
     conf.setString("taskmanager.numberOfTaskSlots", args[5]);
     StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);

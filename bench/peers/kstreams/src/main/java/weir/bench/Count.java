@@ -16,15 +16,15 @@ import org.apache.kafka.streams.kstream.Produced;
 /**
  * The benchmark's count job: for each input record (key, decimal value), its
  * key's running count and sum as {"key":...,"count":...,"sum":...}, keyed by
- * the key. exactly_once_v2, a RocksDB store, commits every second, no record
+ * the key. exactly_once_v2, a RocksDB store, commits every interval-ms, no record
  * cache (every update is written, as weir writes one result per record).
  *
- * <p>Arguments: brokers input output application-id state-dir threads.
+ * <p>Arguments: brokers input output application-id state-dir threads interval-ms.
  */
 public final class Count {
   public static void main(String[] args) throws Exception {
-    if (args.length != 6) {
-      System.err.println("usage: Count brokers input output application-id state-dir threads");
+    if (args.length != 7) {
+      System.err.println("usage: Count brokers input output application-id state-dir threads interval-ms");
       System.exit(2);
     }
     Properties p = new Properties();
@@ -33,7 +33,7 @@ public final class Count {
     p.put(StreamsConfig.STATE_DIR_CONFIG, args[4]);
     p.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, Integer.parseInt(args[5]));
     p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
-    p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 1000);
+    p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, Integer.parseInt(args[6]));
     p.put(StreamsConfig.STATESTORE_CACHE_MAX_BYTES_CONFIG, 0);
     p.put(StreamsConfig.consumerPrefix(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG), "earliest");
     p.put(StreamsConfig.producerPrefix(ProducerConfig.TRANSACTION_TIMEOUT_CONFIG), 60000);

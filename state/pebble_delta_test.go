@@ -1,0 +1,249 @@
+package state
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// failingPuts is a fakeStorage whose Puts fail while fail is set.
+type failingPuts struct {
+	*fakeStorage
+	fail atomic.Bool
+}
+
+var errPutFails = errors.New("put fails (test)")
+
+func (s *failingPuts) Put(ctx context.Context, name string, r io.Reader) error {
+	if s.fail.Load() {
+		return errPutFails
+	}
+	return s.fakeStorage.Put(ctx, name, r)
+}
+
+func deltas(h checkpoint.StateHandle) []string {
+	var out []string
+	for _, f := range h.Files {
+		if isDelta(f.Local) {
+			out = append(out, f.Local)
+		}
+	}
+	return out
+}
+
+// newObjects returns the objects in st not in before.
+func newObjects(st *fakeStorage, before []string) []string {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out []string
+	for name := range st.objs {
+		if !slices.Contains(before, name) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func objects(st *fakeStorage) []string { return newObjects(st, nil) }
+
+// TestPebbleDeltaSnapshots: while only the value caches take writes, a
+// snapshot writes and uploads one small delta file of the changes, Pebble
+// untouched; its handle is the base's files plus the chain's deltas, and
+// restores to exactly its state. A write to the DB itself, a failed delta
+// or a long chain makes the next snapshot a base again.
+func TestPebbleDeltaSnapshots(t *testing.T) {
+	for _, cut := range pebbleCuts {
+		t.Run(cut.String(), func(t *testing.T) { testPebbleDeltaSnapshots(t, withCut(smallPebble, cut)) })
+	}
+}
+
+func testPebbleDeltaSnapshots(t *testing.T, opts PebbleOptions) {
+	st := newFakeStorage()
+	p := openTestPebble(t, opts)
+	v := mustValue(t, p, "v")
+	const n = 1000
+	fillValues(t, v, 0, n, 50, "one")
+	h1 := checkpointNow(t, p, st, 1)
+	if d := deltas(h1); len(d) > 0 {
+		t.Fatalf("first checkpoint has deltas %v", d)
+	}
+
+	// Updates, new keys and deletes go into one delta.
+	fillValues(t, v, 0, 100, 50, "two")
+	fillValues(t, v, n, n+10, 50, "two")
+	for i := 200; i < 205; i++ {
+		if err := v.Delete(k(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want2 := readAll(t, p, 2*n)
+	before := objects(st)
+	flushes := p.db.Metrics().Flush.Count
+	h2 := checkpointNow(t, p, st, 2)
+	if got := p.db.Metrics().Flush.Count; got != flushes {
+		t.Errorf("a delta snapshot flushed the memtable (%d flushes, were %d)", got, flushes)
+	}
+	d2 := deltas(h2)
+	if len(d2) != 1 {
+		t.Fatalf("checkpoint 2: deltas %v, want one", d2)
+	}
+	wantNew := []string{"shared/op/" + p.Instance() + "/" + d2[0]}
+	if got := newObjects(st, before); !slices.Equal(got, wantNew) {
+		t.Errorf("checkpoint 2 wrote %q, want only its delta %q", got, wantNew)
+	}
+	if !slices.Equal(h2.Files[:len(h1.Files)], h1.Files) {
+		t.Errorf("checkpoint 2 does not reference the base's files as checkpoint 1 uploaded them")
+	}
+	if last := h2.Files[len(h2.Files)-1]; !last.Shared || h2.Incremental != last.Size || last.Size > 10_000 {
+		t.Errorf("checkpoint 2: delta %+v, incremental %d", last, h2.Incremental)
+	}
+
+	// No change: the same handle, nothing uploaded.
+	before = objects(st)
+	h3 := checkpointNow(t, p, st, 3)
+	if !slices.Equal(h3.Files, h2.Files) || h3.Incremental != 0 {
+		t.Errorf("checkpoint 3 without changes: %d files (was %d), incremental %d", len(h3.Files), len(h2.Files), h3.Incremental)
+	}
+	if got := newObjects(st, before); len(got) > 0 {
+		t.Errorf("checkpoint 3 without changes wrote %q", got)
+	}
+
+	// A second delta; a key deleted in the first comes back.
+	fillValues(t, v, 50, 150, 50, "four")
+	fillValues(t, v, 201, 202, 50, "four")
+	want4 := readAll(t, p, 2*n)
+	h4 := checkpointNow(t, p, st, 4)
+	if d := deltas(h4); len(d) != 2 || d[0] != d2[0] {
+		t.Fatalf("checkpoint 4: deltas %v, want %s and one more", d, d2[0])
+	}
+
+	// Each restores to its own state, on a fresh directory.
+	for _, c := range []struct {
+		id   int
+		h    checkpoint.StateHandle
+		want map[string]string
+	}{{2, h2, want2}, {4, h4, want4}} {
+		q := restoreFresh(t, st, c.h, opts)
+		if got := readAll(t, q, 2*n); !maps.Equal(got, c.want) {
+			t.Errorf("checkpoint %d restored %d keys, want %d", c.id, len(got), len(c.want))
+		}
+	}
+
+	// A write to the DB itself (a map's) makes the next snapshot a base.
+	m, err := p.Map("m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Put([]byte("a"), []byte("b"), []byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	fillValues(t, v, 300, 310, 50, "five")
+	want5 := readAll(t, p, 2*n)
+	h5 := checkpointNow(t, p, st, 5)
+	if d := deltas(h5); len(d) > 0 {
+		t.Errorf("checkpoint 5 after a map write has deltas %v", d)
+	}
+	q := restoreFresh(t, st, h5, opts)
+	if got := readAll(t, q, 2*n); !maps.Equal(got, want5) {
+		t.Errorf("checkpoint 5 restored %d keys, want %d", len(got), len(want5))
+	}
+	// A restored store starts with a base, then builds deltas on it.
+	qv := mustValue(t, q, "v")
+	fillValues(t, qv, 0, 10, 50, "six")
+	if d := deltas(checkpointNow(t, q, st, 6)); len(d) > 0 {
+		t.Errorf("the first checkpoint after a restore has deltas %v", d)
+	}
+	fillValues(t, qv, 10, 20, 50, "seven")
+	wantQ := readAll(t, q, 2*n)
+	h7 := checkpointNow(t, q, st, 7)
+	if d := deltas(h7); len(d) != 1 || !strings.Contains(d[0], q.Instance()) {
+		t.Errorf("checkpoint 7 of the restored store: deltas %v, want one of instance %s", d, q.Instance())
+	}
+	if got := readAll(t, restoreFresh(t, st, h7, opts), 2*n); !maps.Equal(got, wantQ) {
+		t.Errorf("checkpoint 7 restored %d keys, want %d", len(got), len(wantQ))
+	}
+}
+
+// TestPebbleDeltaAfterFailedUploads: an upload that fails, of a base or of
+// a delta, is repeated by the next snapshot of the chain, so that it holds
+// every change; the local files stay until the chain is let go of. A base
+// released without an upload is uploaded by its first delta.
+func TestPebbleDeltaAfterFailedUploads(t *testing.T) {
+	st := &failingPuts{fakeStorage: newFakeStorage()}
+	p := openTestPebble(t, smallPebble)
+	v := mustValue(t, p, "v")
+	fillValues(t, v, 0, 500, 50, "one")
+
+	// Base 1 is released without an upload (its checkpoint was given up).
+	s1, err := p.Snapshot(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s1.Release()
+	base := s1.(*PebbleSnapshot)
+	if _, err := os.Stat(base.dir); err != nil {
+		t.Fatalf("the chain's base is gone while the backend builds on it: %v", err)
+	}
+
+	// Delta 2's upload fails.
+	fillValues(t, v, 0, 50, 50, "two")
+	st.fail.Store(true)
+	if _, err := tryCheckpoint(p, st, 2); !errors.Is(err, errPutFails) {
+		t.Fatalf("checkpoint 2 while puts fail: %v", err)
+	}
+	st.fail.Store(false)
+
+	// Delta 3 uploads the base (into its own folder), delta 2 and itself.
+	fillValues(t, v, 100, 150, 50, "three")
+	want := readAll(t, p, 500)
+	h3 := checkpointNow(t, p, st, 3)
+	if d := deltas(h3); len(d) != 2 {
+		t.Fatalf("checkpoint 3: deltas %v, want 2 (the failed one's included)", d)
+	}
+	for _, f := range h3.Files {
+		if !f.Shared || !strings.HasPrefix(f.Name, "shared/op/"+p.Instance()+"/") {
+			t.Errorf("file %+v not shared under the instance", f)
+		}
+	}
+	if got := readAll(t, restoreFresh(t, st.fakeStorage, h3, smallPebble), 500); !maps.Equal(got, want) {
+		t.Errorf("checkpoint 3 restored %d keys, want %d", len(got), len(want))
+	}
+	// Delta 4 references the base where checkpoint 3 put it.
+	fillValues(t, v, 200, 210, 50, "four")
+	h4 := checkpointNow(t, p, st, 4)
+	if !slices.Equal(h4.Files[:len(h3.Files)], h3.Files) {
+		t.Errorf("checkpoint 4 does not reference the files as checkpoint 3 uploaded them")
+	}
+
+	// A full chain ends in a base; the old chain's files go.
+	based := false
+	for i := range maxChainDeltas {
+		fillValues(t, v, i, i+1, 50, fmt.Sprintf("c%d", i))
+		h := checkpointNow(t, p, st, checkpoint.ID(5+i))
+		if d := deltas(h); len(d) == 0 {
+			based = true
+			break
+		} else if len(d) > maxChainDeltas {
+			t.Fatalf("checkpoint %d has %d deltas, over the bound %d", 5+i, len(d), maxChainDeltas)
+		}
+	}
+	if !based {
+		t.Fatalf("no base in %d snapshots after a chain of 3 deltas", maxChainDeltas)
+	}
+	if _, err := os.Stat(base.dir); !os.IsNotExist(err) {
+		t.Errorf("the old chain's base is still on disk: %v", err)
+	}
+	if _, err := os.Stat(base.chain.dir); !os.IsNotExist(err) {
+		t.Errorf("the old chain's deltas are still on disk: %v", err)
+	}
+}
