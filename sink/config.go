@@ -136,6 +136,14 @@ type Config[T any] struct {
 	// topic, and ClientOpts must not set a partitioner.
 	Watermarks bool
 
+	// FlushTarget bounds the records in flight (written, not yet
+	// acknowledged by the broker) to what the measured acknowledgement
+	// rate clears in this time, so that a barrier's flush of the open
+	// transaction takes about this long at most; Write waits while the
+	// bound is reached (see debloat.go). Set it to the checkpoint
+	// interval. 0: only the producer's buffer bounds them.
+	FlushTarget time.Duration
+
 	// ClientOpts are extra franz-go options (TLS, SASL, linger, batch
 	// sizes, a partitioner, ...), applied after the sink's own, so they can
 	// override them; overriding the transactional id, the transaction
@@ -174,6 +182,9 @@ func (c *Config[T]) Validate() error {
 		}
 		if c.TransactionTimeout < 0 {
 			bad("TransactionTimeout: %v, want > 0 (or 0 for %v)", c.TransactionTimeout, DefaultTransactionTimeout)
+		}
+		if c.FlushTarget < 0 {
+			bad("FlushTarget: %v, want >= 0", c.FlushTarget)
 		}
 		if c.TransactionTimeout > 0 && c.TransactionTimeout < time.Second {
 			// The broker's unit is milliseconds, and anything this short

@@ -134,6 +134,8 @@ type txnWriter[T any] struct {
 	// promises are, per slot, the produce callbacks: made once, not per
 	// record.
 	promises []func(*kgo.Record, error)
+	gate     *inflightGate
+	clientID string
 }
 
 func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, log *slog.Logger, restored []checkpoint.Committable) (_ *txnWriter[T], err error) {
@@ -142,17 +144,24 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, lo
 		prefix = DefaultTransactionalIDPrefix(info.Job, info.Operator)
 	}
 	w := &txnWriter[T]{
-		cfg:     cfg,
-		info:    info,
-		log:     log,
-		ids:     TransactionalIDs(prefix, info.Task, cfg.poolSize()),
-		clients: make([]*kgo.Client, cfg.poolSize()),
-		pool:    newPool(cfg.poolSize()),
-		cur:     -1,
-		marks:   newMarks(cfg, info),
+		cfg:  cfg,
+		info: info,
+		log:  log,
+		ids:  TransactionalIDs(prefix, info.Task, cfg.poolSize()),
+		// One client id per task ("<prefix>-<task>"), shared by its slots
+		// (one writes at a time): the broker's quotas and logs tell tasks
+		// apart, as Flink's per-subtask and Kafka Streams' per-thread
+		// producer client ids do.
+		clientID: fmt.Sprintf("%s-%d", prefix, info.Task),
+		clients:  make([]*kgo.Client, cfg.poolSize()),
+		pool:     newPool(cfg.poolSize()),
+		cur:      -1,
+		marks:    newMarks(cfg, info),
+		gate:     newInflightGate(cfg.FlushTarget, maxInFlight, time.Now),
 	}
 	for _, id := range w.ids {
 		w.promises = append(w.promises, func(r *kgo.Record, err error) {
+			w.gate.done()
 			if err != nil {
 				w.failed.set(fmt.Errorf("an earlier record (%d bytes) to %s/%d failed in transaction %s: %w",
 					len(r.Key)+len(r.Value), r.Topic, r.Partition, id, err))
@@ -225,6 +234,7 @@ func (w *txnWriter[T]) initSlot(ctx context.Context, i int) error {
 		w.clients[i] = nil
 	}
 	opts := append(append(w.cfg.clientOpts(),
+		kgo.ClientID(w.clientID),
 		kgo.TransactionalID(w.ids[i]),
 		kgo.TransactionTimeout(w.cfg.txnTimeout()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
@@ -294,10 +304,18 @@ func (w *txnWriter[T]) produce(ctx context.Context, r *kgo.Record) error {
 			return fmt.Errorf("begin transaction on %s: %w", w.ids[w.cur], err)
 		}
 	}
+	if err := w.gate.wait(ctx, w.failed.get); err != nil {
+		return err
+	}
 	w.written++
+	w.gate.sent()
 	cl.Produce(ctx, r, w.promises[w.cur])
 	return nil
 }
+
+// maxInFlight caps the gate's bound; the producer's own buffer
+// (kgo.MaxBufferedRecords) blocks Produce before it anyway.
+const maxInFlight = 1 << 20
 
 func (w *txnWriter[T]) PreCommit(ctx context.Context, id checkpoint.ID) ([]checkpoint.Committable, error) {
 	if err := w.marks.write(ctx, w.produce); err != nil {

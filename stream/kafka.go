@@ -259,6 +259,7 @@ func kafkaSink[T any](j *Job, env *jobenv.Env, op, topic string, encode Encoder[
 	if env.Delivery == sink.ExactlyOnce {
 		sc.PoolSize = env.PoolSize
 		sc.TransactionTimeout = env.TransactionTimeout
+		sc.FlushTarget = env.FlushTarget
 	}
 	out, err := sink.Kafka(sc)
 	if err != nil {

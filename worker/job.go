@@ -94,6 +94,7 @@ func jobEnv(c *Config, st *Stats, k *kpromSet, kafka []kgo.Opt) (*jobenv.Env, er
 	if c.delivery() == sink.ExactlyOnce {
 		e.PoolSize = c.poolSize()
 		e.TransactionTimeout = c.TxnTimeout
+		e.FlushTarget = c.Interval
 	}
 	return e, nil
 }

@@ -62,8 +62,11 @@ type Env struct {
 	Delivery           sink.Delivery
 	PoolSize           int
 	TransactionTimeout time.Duration
-	Compression        string
-	MaxRecordBytes     int
+	// FlushTarget bounds a sink's output in flight by time (the
+	// checkpoint interval; see sink.Config.FlushTarget).
+	FlushTarget    time.Duration
+	Compression    string
+	MaxRecordBytes int
 
 	// In and Out count the records a task decoded from the job's inputs
 	// and wrote to its outputs: the task's count and the worker's; nil

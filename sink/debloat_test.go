@@ -1,0 +1,120 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+)
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+// ackAtRate writes and acknowledges records as a broker that takes rate
+// records per second would, for d, in 10 ms steps, keeping the gate full
+// (a writer with more to write than the broker takes).
+func ackAtRate(t *testing.T, g *inflightGate, c *fakeClock, rate int, d time.Duration) {
+	t.Helper()
+	per := rate / 100
+	for range int(d / (10 * time.Millisecond)) {
+		for g.inflight.Load() < g.bound() {
+			g.sent()
+		}
+		c.t = c.t.Add(10 * time.Millisecond)
+		for range min(per, int(g.inflight.Load())) {
+			g.done()
+		}
+		g.measure()
+	}
+}
+
+// TestInflightGateFollowsTheRate: the bound settles at what the measured
+// acknowledgement rate clears in the target, down when the broker slows
+// (a quota) and up again when it speeds up, within its floor and cap.
+func TestInflightGateFollowsTheRate(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	g := newInflightGate(100*time.Millisecond, 1<<20, c.now)
+	if got := g.bound(); got != gateMin {
+		t.Fatalf("first bound %d, want %d", got, gateMin)
+	}
+	for _, step := range []struct {
+		rate     int
+		min, max int64
+	}{
+		{500_000, 40_000, 60_000}, // fast broker: about 50,000 (0.1 s of it)
+		{2_500, gateMin, 400},     // a quota: 250, under the floor
+		{200_000, 15_000, 25_000}, // quota lifted: up again
+	} {
+		ackAtRate(t, g, c, step.rate, 4*time.Second)
+		if got := g.bound(); got < step.min || got > step.max {
+			t.Errorf("at %d records/s: bound %d, want %d..%d", step.rate, got, step.min, step.max)
+		}
+	}
+	// An idle sink (nothing in flight) keeps its bound.
+	for g.inflight.Load() > 0 {
+		g.done()
+	}
+	c.t = c.t.Add(10 * time.Millisecond)
+	g.measure()
+	before := g.bound()
+	for range 10 {
+		c.t = c.t.Add(100 * time.Millisecond)
+		g.measure()
+	}
+	if got := g.bound(); got != before {
+		t.Errorf("idle: bound %d, was %d", got, before)
+	}
+	// The cap holds.
+	small := newInflightGate(time.Second, 1000, c.now)
+	ackAtRate(t, small, c, 1_000_000, time.Second)
+	if got := small.bound(); got != 1000 {
+		t.Errorf("capped bound %d, want 1000", got)
+	}
+}
+
+// TestInflightGateWaits: a full gate holds Write until an acknowledgement
+// frees a place, or the context ends, or the sink failed; without a
+// target it never waits.
+func TestInflightGateWaits(t *testing.T) {
+	g := newInflightGate(100*time.Millisecond, 1<<20, time.Now)
+	for range gateMin {
+		g.sent()
+	}
+	ok := func() error { return nil }
+	released := make(chan error, 1)
+	go func() { released <- g.wait(context.Background(), ok) }()
+	select {
+	case err := <-released:
+		t.Fatalf("a full gate let a write through: %v", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	g.done()
+	select {
+	case err := <-released:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("an acknowledgement did not release the writer")
+	}
+
+	g.sent() // full again
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := g.wait(ctx, ok); !errors.Is(err, context.Canceled) {
+		t.Fatalf("wait with a cancelled context: %v", err)
+	}
+	boom := errors.New("boom")
+	if err := g.wait(context.Background(), func() error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("wait on a failed sink: %v", err)
+	}
+
+	off := newInflightGate(0, 1<<20, time.Now)
+	for range 10 * gateMin {
+		off.sent()
+	}
+	if err := off.wait(context.Background(), ok); err != nil {
+		t.Fatalf("a gate without a target waited: %v", err)
+	}
+}
