@@ -235,6 +235,7 @@ func (w *txnWriter[T]) initSlot(ctx context.Context, i int) error {
 	}
 	opts := append(append(w.cfg.clientOpts(),
 		kgo.ClientID(w.clientID),
+		kgo.ProducerLinger(linger),
 		kgo.TransactionalID(w.ids[i]),
 		kgo.TransactionTimeout(w.cfg.txnTimeout()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
