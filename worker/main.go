@@ -43,13 +43,15 @@ func Main(jobs ...Job) {
 
 // DefaultGCPercent is the garbage collector's target a worker process
 // runs with unless GOGC is set: a collection once the heap has grown by 4
-// times the live heap, not 1 (Go's default). The collector's assists
+// times the live heap, not 1 (Go's default), but by 256 MiB at most (and
+// never less than Go's default; see gctune.go). The collector's assists
 // stalled the tasks: on the benchmark's count job it raised throughput
 // by a third for about twice the memory (docs/benchmarks.md).
 const DefaultGCPercent = 400
 
-// TuneGC sets the garbage collector's target to DefaultGCPercent unless
-// the GOGC environment variable sets one. So that a container's memory
+// TuneGC sets the garbage collector's target to DefaultGCPercent, bounded
+// by a headroom over the live heap, unless the GOGC environment variable
+// sets one. So that a container's memory
 // limit still holds (Pebble's memtables and block cache are Go heap in a
 // build without cgo, as the image's), it also sets the soft memory limit
 // to 85% of the cgroup's memory limit, if there is one and GOMEMLIMIT is
@@ -59,7 +61,7 @@ func TuneGC() {
 	if _, set := os.LookupEnv("GOGC"); set {
 		return
 	}
-	debug.SetGCPercent(DefaultGCPercent)
+	tuneGCToLiveHeap()
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set {
 		if limit := memoryLimit(cgroupMemoryFiles...); limit > 0 {
 			debug.SetMemoryLimit(limit / 100 * 85)
