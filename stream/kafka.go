@@ -108,9 +108,9 @@ func kafkaSource[T any](env *jobenv.Env, op, topic string, decode Decoder[T]) (e
 		if env.SourceOpts != nil {
 			tc.ClientOpts = env.SourceOpts(info.Task, op)
 		}
-		in, all := new(atomic.Int64), new(atomic.Int64)
+		in := new(atomic.Int64)
 		if env.In != nil {
-			in, all = env.In(info.Task)
+			in = env.In(info.Task)
 		}
 		check := env.CheckRecord
 		tc.Decode = func(r *kgo.Record) (T, error) {
@@ -125,7 +125,6 @@ func kafkaSource[T any](env *jobenv.Env, op, topic string, decode Decoder[T]) (e
 			v, err := decode(r)
 			if err == nil {
 				in.Add(1)
-				all.Add(1)
 			}
 			return v, err
 		}
@@ -287,22 +286,24 @@ func (s annotatedSink[T]) Open(ctx context.Context, info engine.TaskInfo, restor
 	if err != nil {
 		return nil, err
 	}
-	n, all := new(atomic.Int64), new(atomic.Int64)
+	n := new(atomic.Int64)
 	if s.env.Out != nil {
-		n, all = s.env.Out(info.Task)
+		n = s.env.Out(info.Task)
 	}
 	annotate := s.env.WriteError
 	if annotate == nil {
 		annotate = func(err error) error { return err }
 	}
-	return annotatedWriter[T]{SinkWriter: sw, n: n, all: all, annotate: annotate}, nil
+	tw, _ := sw.(engine.TimestampWriter[T]) // once, not per record
+	return annotatedWriter[T]{SinkWriter: sw, tw: tw, n: n, annotate: annotate}, nil
 }
 
 // annotatedWriter counts a task's output records, and annotates the errors
 // of records the producer or the brokers refused.
 type annotatedWriter[T any] struct {
 	engine.SinkWriter[T]
-	n, all   *atomic.Int64
+	tw       engine.TimestampWriter[T] // the writer, if it is one
+	n        *atomic.Int64
 	annotate func(error) error
 }
 
@@ -311,7 +312,6 @@ func (c annotatedWriter[T]) Write(ctx context.Context, v T) error {
 		return c.annotate(err)
 	}
 	c.n.Add(1)
-	c.all.Add(1)
 	return nil
 }
 
@@ -325,15 +325,13 @@ func (c annotatedWriter[T]) PreCommit(ctx context.Context, id checkpoint.ID) ([]
 
 // WriteAt passes the event time on to the Kafka sink.
 func (c annotatedWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
-	tw, ok := c.SinkWriter.(engine.TimestampWriter[T])
-	if !ok {
+	if c.tw == nil {
 		return c.Write(ctx, v)
 	}
-	if err := tw.WriteAt(ctx, v, ts); err != nil {
+	if err := c.tw.WriteAt(ctx, v, ts); err != nil {
 		return c.annotate(err)
 	}
 	c.n.Add(1)
-	c.all.Add(1)
 	return nil
 }
 

@@ -110,7 +110,6 @@ func TestHTTPEndpoints(t *testing.T) {
 		t.Errorf("/readyz with every task restored: %d %q, want 200 ok", code, body)
 	}
 
-	w.stats.In.Add(7)
 	w.stats.task(1).in.Add(7)
 	w.stats.task(1).out.Add(5)
 	o.FirstRecord("count", 1, 8*time.Millisecond)

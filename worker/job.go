@@ -49,8 +49,18 @@ func (j Job) Name() string { return j.name }
 // outputs. Output counts include records rewritten after a restore (whose
 // first writes were aborted).
 type Stats struct {
-	In, Out atomic.Int64
 	perTask sync.Map // task -> *taskCounts
+}
+
+// Records returns the records decoded and written by the worker's tasks,
+// those that left included.
+func (s *Stats) Records() (in, out int64) {
+	s.perTask.Range(func(_, c any) bool {
+		in += c.(*taskCounts).in.Load()
+		out += c.(*taskCounts).out.Load()
+		return true
+	})
+	return in, out
 }
 
 // jobEnv is the Kafka of c for a job: the sources and sinks that the job's
@@ -87,8 +97,8 @@ func jobEnv(c *Config, st *Stats, k *kpromSet, kafka []kgo.Opt) (*jobenv.Env, er
 		Delivery:       c.delivery(),
 		Compression:    c.Compression,
 		MaxRecordBytes: int(c.Memory.ProducerBatchMaxBytes),
-		In:             func(t int) (*atomic.Int64, *atomic.Int64) { return &st.task(t).in, &st.In },
-		Out:            func(t int) (*atomic.Int64, *atomic.Int64) { return &st.task(t).out, &st.Out },
+		In:             func(t int) *atomic.Int64 { return &st.task(t).in },
+		Out:            func(t int) *atomic.Int64 { return &st.task(t).out },
 		WriteError:     func(err error) error { return tooLarge(err, c.Memory.ProducerBatchMaxBytes) },
 	}
 	if c.delivery() == sink.ExactlyOnce {

@@ -74,7 +74,8 @@ func (w *worker) ready() (bool, string) {
 func (w *worker) status(ctx context.Context) status.Worker {
 	c := &w.cfg
 	s := status.Worker{Job: c.Job, Name: c.name(), Input: strings.Join(w.inputs, ","), Output: strings.Join(w.outputs, ","), Started: w.started, Now: time.Now(),
-		Tasks: w.taskSnapshot(), RecordsIn: w.stats.In.Load(), RecordsOut: w.stats.Out.Load(), Assignment: "static (--tasks)", Assigned: c.Tasks}
+		Tasks: w.taskSnapshot(), Assignment: "static (--tasks)", Assigned: c.Tasks}
+	s.RecordsIn, s.RecordsOut = w.stats.Records()
 	s.Ready, s.ReadyWhy = w.ready()
 	w.mu.Lock()
 	if w.stop != nil {

@@ -351,7 +351,8 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	if err != nil {
 		return fmt.Errorf("job %s: %w", c.name(), err)
 	}
-	log.Info("stopped", "records_in", w.stats.In.Load(), "records_out", w.stats.Out.Load())
+	in, out := w.stats.Records()
+	log.Info("stopped", "records_in", in, "records_out", out)
 	return nil
 }
 

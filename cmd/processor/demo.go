@@ -204,7 +204,7 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	progress := func() {
-		p("progress: produced %d, read %d, committed out %d", produced.Load(), st.In.Load(), committed.Load())
+		p("progress: produced %d, read %d, committed out %d", produced.Load(), recordsIn(st), committed.Load())
 	}
 
 	// Phase 1: run until the crash point, with a checkpoint on every task.
@@ -229,7 +229,7 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 			progress()
 		case <-obs.changed():
 		}
-		if st.In.Load() >= crashAt && obs.allCheckpointed() {
+		if recordsIn(st) >= crashAt && obs.allCheckpointed() {
 			res.Crashed = true
 		}
 	}
@@ -238,12 +238,12 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 	// pre-committed for checkpoints that did not complete stay open in
 	// the broker; what the tasks read after their last checkpoint is read
 	// again after the restart.
-	p("*** CRASH: stopping the job abruptly after reading %d records, %d committed out (no final checkpoint)", st.In.Load(), committed.Load())
+	p("*** CRASH: stopping the job abruptly after reading %d records, %d committed out (no final checkpoint)", recordsIn(st), committed.Load())
 	stop()
 	if err := <-done; err != nil {
 		return res, fmt.Errorf("demo: first run: %w", err)
 	}
-	readBefore := st.In.Load()
+	readBefore := recordsIn(st)
 	storage := s3.storage
 	res.Restored = map[int]checkpoint.ID{}
 	var checkpointed int64
@@ -313,7 +313,7 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 		return res, fmt.Errorf("demo: second run: %w", err)
 	}
 	p("records read %d (%d read twice because of the crash), written %d (rewrites in aborted transactions included)",
-		st.In.Load(), st.In.Load()-c.Records, st.Out.Load())
+		recordsIn(st), recordsIn(st)-c.Records, recordsOut(st))
 
 	// The verdict, from what a read_committed consumer sees.
 	v, err := verify(ctx, brokers, "balance", demoInput, demoOutput)
@@ -479,3 +479,7 @@ func byteSize(n int64) string {
 	}
 	return fmt.Sprintf("%d B", n)
 }
+
+func recordsIn(st *worker.Stats) int64 { in, _ := st.Records(); return in }
+
+func recordsOut(st *worker.Stats) int64 { _, out := st.Records(); return out }

@@ -63,9 +63,9 @@ func TestRunDrains(t *testing.T) {
 func waitRead(t *testing.T, st *worker.Stats, n int64) {
 	t.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for st.In.Load() < n {
+	for recordsIn(st) < n {
 		if time.Now().After(deadline) {
-			t.Fatalf("worker read %d of %d records in a minute", st.In.Load(), n)
+			t.Fatalf("worker read %d of %d records in a minute", recordsIn(st), n)
 		}
 		time.Sleep(10 * time.Millisecond) // polling a counter, not synchronising
 	}

@@ -69,9 +69,10 @@ type Env struct {
 	MaxRecordBytes int
 
 	// In and Out count the records a task decoded from the job's inputs
-	// and wrote to its outputs: the task's count and the worker's; nil
-	// counts nothing.
-	In, Out func(task int) (own, all *atomic.Int64)
+	// and wrote to its outputs (the worker's totals are their sums: one
+	// counter the tasks all added to per record was a cache line they
+	// fought over); nil counts nothing.
+	In, Out func(task int) *atomic.Int64
 	// WriteError annotates an error of a sink's Write or PreCommit (a
 	// record too large names the settings it runs into); nil leaves it.
 	WriteError func(error) error
