@@ -45,6 +45,12 @@ import (
 	"github.com/weirstream/weir/checkpoint"
 )
 
+// deltaBackend names the backend of a handle with deltas: a build from
+// before delta snapshots refuses to restore it (it checks the name), where
+// it would open the base without the deltas and go on with state that
+// lacks them. A handle without deltas is "pebble", which any build reads.
+const deltaBackend = "pebble-delta"
+
 const (
 	// maxChainDeltas bounds the deltas of a chain: each is a file of every
 	// later handle and of a restore.

@@ -301,3 +301,28 @@ func BenchmarkPebbleCheckpointSmallChanges(b *testing.B) {
 		})
 	}
 }
+
+// TestPebbleDeltaHandleRefusedByOlderBuilds: a handle with deltas names
+// its backend "pebble-delta", which a build from before deltas refuses to
+// restore (it would open the base and drop the deltas); one without is
+// "pebble". A "pebble" handle that lists a delta is refused here too.
+func TestPebbleDeltaHandleRefusedByOlderBuilds(t *testing.T) {
+	st := newFakeStorage()
+	p := openTestPebble(t, smallPebble)
+	v := mustValue(t, p, "v")
+	fillValues(t, v, 0, 100, 50, "one")
+	if h := checkpointNow(t, p, st, 1); h.Backend != "pebble" {
+		t.Fatalf("base handle's backend %q, want pebble", h.Backend)
+	}
+	fillValues(t, v, 0, 10, 50, "two")
+	h := checkpointNow(t, p, st, 2)
+	if h.Backend != deltaBackend || len(deltas(h)) != 1 {
+		t.Fatalf("delta handle: backend %q, deltas %v", h.Backend, deltas(h))
+	}
+	h.Backend = "pebble"
+	q := openTestPebble(t, smallPebble)
+	mustValue(t, q, "v")
+	if err := q.Restore(context.Background(), st, h); err == nil || !strings.Contains(err.Error(), "delta file") {
+		t.Fatalf("restore of a pebble handle with a delta: %v", err)
+	}
+}

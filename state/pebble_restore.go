@@ -70,7 +70,7 @@ type restoreCounters struct {
 }
 
 func (p *Pebble) restore(ctx context.Context, st checkpoint.Storage, handle checkpoint.StateHandle, c *restoreCounters) error {
-	if handle.Backend != "pebble" {
+	if handle.Backend != "pebble" && handle.Backend != deltaBackend {
 		return fmt.Errorf("state: restore a %q snapshot into the pebble backend", handle.Backend)
 	}
 	if len(handle.Files) == 0 {
@@ -86,6 +86,9 @@ func (p *Pebble) restore(ctx context.Context, st checkpoint.Storage, handle chec
 			return fmt.Errorf("state: pebble: restore: two files named %q", f.Local)
 		}
 		seen[f.Local] = true
+		if isDelta(f.Local) && handle.Backend != deltaBackend {
+			return fmt.Errorf("state: pebble: restore: delta file %s in a %q handle", f.Name, handle.Backend)
+		}
 		if f.Shared && isShared(f.Local) { // SSTs and blobs: the files a later base may hold again
 			have[f.Local] = f
 		}

@@ -311,6 +311,9 @@ func (s *PebbleSnapshot) Upload(ctx context.Context, st checkpoint.Storage, dir,
 		return checkpoint.StateHandle{}, err
 	}
 	h := checkpoint.StateHandle{Backend: "pebble", Files: append([]checkpoint.FileRef(nil), refs...), Incremental: inc}
+	if len(s.deltas) > 0 {
+		h.Backend = deltaBackend
+	}
 	for _, d := range s.deltas {
 		ref, fresh, err := s.shared.upload(ctx, d.name, func() (checkpoint.FileRef, error) {
 			f, err := s.fs.Open(filepath.Join(s.chain.dir, d.name))

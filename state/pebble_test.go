@@ -320,7 +320,7 @@ func pebbleRandomRun(t *testing.T, r *rand.Rand, steps int, cut PebbleCut) {
 				}
 				s.mem.Release()
 				s.peb.Release()
-				if hp.Incremental > hp.Size || hp.Backend != "pebble" {
+				if hp.Incremental > hp.Size || hp.Backend != "pebble" && hp.Backend != deltaBackend {
 					t.Fatalf("step %d: handle %+v", step, hp)
 				}
 				uploaded = append(uploaded, done{hm, hp})
