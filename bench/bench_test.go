@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +22,11 @@ import (
 
 // TestBench runs the harness small on Kafka (kfake unless KAFKA_BROKERS
 // names a broker): the passthrough and weir, one run each, checked and
-// tabulated, and a short latency run each. The peers need Java, Maven and minutes: WEIR_BENCH_PEERS=1
-// runs them too.
+// tabulated, and short latency runs, weir's at two intervals. The peers
+// need Java, Maven and minutes: WEIR_BENCH_PEERS=1 runs them too (flink,
+// flink-heap, kstreams and kstreams@100ms), and a short run under a
+// producer quota, which needs a real broker (KAFKA_BROKERS) and
+// scripts/kafka.
 func TestBench(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: runs processes on Kafka")
@@ -36,62 +40,93 @@ func TestBench(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
+	systems := "passthrough,weir"
+	peers := os.Getenv("WEIR_BENCH_PEERS") == "1"
+	if peers {
+		systems += ",flink,flink-heap,kstreams,kstreams@100ms"
+	}
+	sys, err := parseSystems(systems, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := config{brokers: strings.Join(c.Brokers, ","), records: 100_000, partitions: 4, keys: 1000, runs: 1,
-		systems: []string{"passthrough", "weir"}, processor: bin, dir: t.TempDir(), latRate: 2000, latFor: 3 * time.Second,
+		systems: sys, processor: bin, dir: t.TempDir(), latRate: 2000, latFor: 3 * time.Second,
+		latIntervals: []time.Duration{time.Second, 200 * time.Millisecond}, interval: time.Second,
 		restoreMB: 2, restoreSession: 6 * time.Second}
-	if os.Getenv("WEIR_BENCH_PEERS") == "1" {
-		cfg.systems = append(cfg.systems, "flink", "kstreams")
-		if err := os.Chdir(".."); err != nil { // the peers' paths are the repository's
+	if peers {
+		cfg.latIntervals = cfg.latIntervals[:1] // minutes less
+		cfg.quotaBytes, cfg.quotaFor = 50_000, 5*time.Second
+		if err := os.Chdir(".."); err != nil { // the peers' and scripts/kafka's paths are the repository's
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = os.Chdir("bench") })
 	}
 	// The passthrough runs as this binary's child: the test binary must
 	// answer `passthrough`, which TestMain does.
-	res, lats, rests, err := run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	rep, err := run(ctx, cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantRests := 1 // weir, and kstreams if the peers run
-	if len(cfg.systems) > 2 {
+	if peers {
 		wantRests = 2
 	}
-	if len(rests) != wantRests {
-		t.Fatalf("%d restore runs, want %d", len(rests), wantRests)
+	if len(rep.restores) != wantRests {
+		t.Fatalf("%d restore runs, want %d", len(rep.restores), wantRests)
 	}
-	for _, r := range rests {
+	for _, r := range rep.restores {
 		if r.check != nil || len(r.kept) != cfg.runs || len(r.lost) != cfg.runs || r.disk <= 0 {
 			t.Errorf("restore %s: %+v", r.system, r)
 		}
 	}
-	if len(lats) != len(cfg.systems) {
-		t.Fatalf("%d latency runs for %d systems", len(lats), len(cfg.systems))
+	plan := latencyPlan(cfg.systems, cfg.latIntervals, cfg.interval)
+	if want := len(cfg.systems) - 1 + len(cfg.latIntervals); !peers && len(plan) != want {
+		t.Fatalf("latency plan %v, want %d runs", plan, want)
 	}
-	for _, l := range lats {
-		if l.check != nil || l.samples == 0 || l.p50 <= 0 || l.p99 < l.p50 || l.max < l.p99 {
-			t.Errorf("latency %s: %+v", l.system, l)
+	if len(rep.latencies) != len(plan) {
+		t.Fatalf("%d latency runs for a plan of %d", len(rep.latencies), len(plan))
+	}
+	for i, l := range rep.latencies {
+		if l.system != plan[i] || l.err != nil || l.check != nil || l.samples == 0 || l.p50 <= 0 || l.p99 < l.p50 || l.max < l.p99 {
+			t.Errorf("latency %s: %+v", plan[i].name, l)
 		}
 	}
-	if len(res) != len(cfg.systems) {
-		t.Fatalf("%d results for %d systems", len(res), len(cfg.systems))
+	if len(rep.results) != len(cfg.systems) {
+		t.Fatalf("%d results for %d systems", len(rep.results), len(cfg.systems))
 	}
-	for _, r := range res {
-		if r.check != nil || r.records <= 0 || r.elapsed <= 0 || r.rss <= 0 {
-			t.Errorf("%s: %+v", r.system, r)
+	for _, r := range rep.results {
+		if !r.ok() || r.records <= 0 || r.elapsed <= 0 || r.rss <= 0 {
+			t.Errorf("%s: %+v", r.system.name, r)
+		}
+	}
+	if peers {
+		if len(rep.quotas) != len(cfg.systems)-1 {
+			t.Fatalf("%d runs under the quota for %d systems but the passthrough", len(rep.quotas), len(cfg.systems)-1)
+		}
+		for _, q := range rep.quotas {
+			if q.err != nil || q.check != nil || q.stats.completed == 0 || q.stats.p99 < q.stats.p50 || q.results <= 0 {
+				t.Errorf("under the quota, %s: %+v", q.system.name, q)
+			}
 		}
 	}
 	var out bytes.Buffer
-	writeRestore(&out, cfg, rests)
-	writeLatency(&out, cfg, lats)
-	writeTable(&out, cfg, res)
+	writeRestore(&out, cfg, rep.restores)
+	writeQuota(&out, cfg, rep.quotas)
+	writeLatency(&out, cfg, rep.latencies)
+	writeTable(&out, cfg, rep.results)
 	t.Logf("\n%s", out.String())
 	for _, s := range cfg.systems {
-		if !strings.Contains(out.String(), "\n"+s+" ") || strings.Contains(out.String(), s+" no run passed") {
-			t.Errorf("table has no figures for %s", s)
+		if !strings.Contains(out.String(), "\n"+s.name+" ") || strings.Contains(out.String(), s.name+" no run passed") {
+			t.Errorf("table has no figures for %s", s.name)
+		}
+	}
+	for _, l := range plan {
+		if !regexp.MustCompile(`\n` + l.kind + ` +` + l.intervalText() + ` +[0-9]`).MatchString(out.String()) {
+			t.Errorf("latency table has no row for %s at %s", l.kind, l.intervalText())
 		}
 	}
 	var svg bytes.Buffer
-	if err := writeSVG(&svg, cfg, res); err != nil || !strings.HasPrefix(svg.String(), "<svg") || !strings.Contains(svg.String(), ">weir<") {
+	if err := writeSVG(&svg, cfg, rep.results); err != nil || !strings.HasPrefix(svg.String(), "<svg") || !strings.Contains(svg.String(), ">weir<") {
 		t.Errorf("svg: %v\n%s", err, svg.String())
 	}
 }

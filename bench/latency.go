@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,18 +19,21 @@ import (
 // record's write (its Kafka timestamp, which every system carries to its
 // result) to its result's visibility read_committed.
 type latency struct {
-	system        string
+	system        system
 	samples       int
 	p50, p99, max time.Duration
 	check         error
+	err           error // the run failed: no figures
 }
 
 // latencyRun starts system s on a fresh input topic, writes c.latRate
-// records per second into it for c.latFor, and reads the results as they
-// become visible. Only records written after the system's first result
-// was visible count: its start is not its latency.
-func (b *bench) latencyRun(ctx context.Context, s string) (latency, error) {
-	name := fmt.Sprintf("bench-%s-latency-%s", s, b.suffix)
+// records per second into it from its start until c.latFor after its
+// first result was visible, and reads the results as they become
+// visible. Only records written after the first result was visible
+// count: its start is not its latency, and every system has c.latFor of
+// samples however long it takes to start (a JVM, or 64 tasks).
+func (b *bench) latencyRun(ctx context.Context, s system) (latency, error) {
+	name := fmt.Sprintf("bench-%s-latency-%s", s.slug(), b.suffix)
 	in, out := name+"-in", name+"-out"
 	dir := filepath.Join(b.dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -41,9 +46,8 @@ func (b *bench) latencyRun(ctx context.Context, s string) (latency, error) {
 	}
 	defer b.delete(in, out, name+"-")
 
-	n := int64(b.c.latRate) * int64(b.c.latFor/time.Second)
 	chk := newChecker(b.c.keys)
-	chk.raw = s == "passthrough"
+	chk.raw = s.kind == "passthrough"
 	var (
 		mu      sync.Mutex
 		first   time.Time // the first result's visibility
@@ -67,38 +71,40 @@ func (b *bench) latencyRun(ctx context.Context, s string) (latency, error) {
 		})
 	}()
 
-	cmd, err := b.start(s, in, out, name, dir)
+	cmd, err := b.start(s, in, out, name, dir, nil)
 	if err != nil {
 		return latency{}, err
 	}
 	exited, stop := watch(cmd)
 	defer stop()
 
-	// Write at the rate, in 10 ms steps; the producer stamps each record
-	// as it is produced.
 	prod, err := kgo.NewClient(kgo.SeedBrokers(b.brokers...), kgo.ProducerLinger(0), kgo.ProducerBatchCompression(kgo.NoCompression()))
 	if err != nil {
 		return latency{}, err
 	}
 	defer prod.Close()
-	start := time.Now()
-	perStep := float64(b.c.latRate) / 100
-	var i int64
-	for step := 0; i < n; step++ {
-		due := start.Add(time.Duration(step) * 10 * time.Millisecond)
-		if d := time.Until(due); d > 0 {
-			time.Sleep(d)
-		}
-		for ; i < n && float64(i) < perStep*float64(step+1); i++ {
-			prod.Produce(ctx, &kgo.Record{Topic: in, Key: []byte("k" + strconv.FormatInt(i%int64(b.c.keys), 10)),
-				Value: strconv.AppendInt(nil, i, 10), Headers: padding}, nil)
-		}
+	errEnough := errors.New("written for long enough")
+	started := time.Now()
+	n, err := b.writeAt(ctx, prod, in, b.c.latRate, math.MaxInt64, func() error {
 		select {
 		case err := <-exited:
 			exited <- err
-			return latency{}, fmt.Errorf("the process exited: %v (log in %s)", err, dir)
+			return fmt.Errorf("the process exited: %v (log in %s)", err, dir)
 		default:
 		}
+		mu.Lock()
+		f := first
+		mu.Unlock()
+		switch {
+		case !f.IsZero() && time.Since(f) >= b.c.latFor:
+			return errEnough
+		case f.IsZero() && time.Since(started) > 2*time.Minute:
+			return fmt.Errorf("no result visible 2 minutes after the start (log in %s)", dir)
+		}
+		return nil
+	})
+	if !errors.Is(err, errEnough) {
+		return latency{}, err
 	}
 	if err := prod.Flush(ctx); err != nil {
 		return latency{}, err
@@ -122,7 +128,43 @@ func (b *bench) latencyRun(ctx context.Context, s string) (latency, error) {
 	if len(samples) == 0 {
 		return l, fmt.Errorf("no result of a record written after the first result")
 	}
-	slices.Sort(samples)
-	l.p50, l.p99, l.max = samples[len(samples)/2], samples[len(samples)*99/100], samples[len(samples)-1]
+	l.p50, l.p99, l.max = percentiles(samples)
 	return l, nil
+}
+
+// writeAt writes the count job's input to topic at rate records per
+// second, in 10 ms steps, the producer stamping each record as it is
+// produced: records 0, 1, ... until it has written n or ctx ends. Each
+// step calls check first and stops at its error. It returns how many it
+// wrote.
+func (b *bench) writeAt(ctx context.Context, prod *kgo.Client, topic string, rate int, n int64, check func() error) (int64, error) {
+	start := time.Now()
+	perStep := float64(rate) / 100
+	var i int64
+	for step := 0; i < n; step++ {
+		due := start.Add(time.Duration(step) * 10 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			return i, ctx.Err()
+		case <-time.After(time.Until(due)):
+		}
+		if err := check(); err != nil {
+			return i, err
+		}
+		for ; i < n && float64(i) < perStep*float64(step+1); i++ {
+			prod.Produce(ctx, &kgo.Record{Topic: topic, Key: []byte("k" + strconv.FormatInt(i%int64(b.c.keys), 10)),
+				Value: strconv.AppendInt(nil, i, 10), Headers: padding}, nil)
+		}
+	}
+	return i, nil
+}
+
+// percentiles are the p50, p99 and max of ds, which it sorts: the
+// samples at ranks n/2 and n·99/100 (0-based, of n), zero for none.
+func percentiles(ds []time.Duration) (p50, p99, most time.Duration) {
+	if len(ds) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2], ds[len(ds)*99/100], ds[len(ds)-1]
 }

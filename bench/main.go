@@ -5,19 +5,30 @@
 //	go run ./bench --brokers $(scripts/kafka start)
 //
 // It loads a topic with --records keyed records of about 100 bytes (value
-// the record's number, padded by a header), then runs each system --runs
-// times on it:
+// the record's number, padded by a header), then runs each system of
+// --systems --runs times on it:
 //
 //   - passthrough: plain franz-go, read_committed consume -> produce (the
 //     limit: no state, no transactions);
 //   - weir: `processor run --job count`, exactly-once sink, Pebble state,
-//     1 s checkpoints;
+//     checkpoints every --interval;
 //   - flink: the same job on Apache Flink 2.x in one JVM (embedded mini
-//     cluster), RocksDB incremental checkpoints every 1 s to a local
-//     directory, KafkaSink EXACTLY_ONCE (bench/peers/flink);
+//     cluster), RocksDB incremental checkpoints every --interval to a
+//     local directory, KafkaSink EXACTLY_ONCE (bench/peers/flink);
+//   - flink-heap: the same, tuned for this job: state on the heap
+//     (HashMapStateBackend, full checkpoints) and object reuse;
 //   - kstreams: the same job on Kafka Streams 4.x, exactly_once_v2, a
-//     RocksDB store, commits every 1 s, no record cache
+//     RocksDB store, commits every --interval, no record cache
 //     (bench/peers/kstreams).
+//
+// A system may name its own interval, overriding --interval for it:
+// --systems kstreams,kstreams@100ms shows Kafka Streams at 1 s and at its
+// exactly-once default, 100 ms, side by side (weir@100ms, flink@50ms
+// likewise; the passthrough has none). Every topic has --partitions
+// partitions: weir's tasks, Flink's parallelism and task slots (its
+// network buffers and managed memory grow with them); Kafka Streams runs
+// them in 2 threads. A system that cannot run at that many (or fails
+// otherwise) is reported as failed in its table and the others go on.
 //
 // Each run's output is read read_committed and checked before its figures
 // count: every key's counts 1..n exactly once, each with the right sum
@@ -29,13 +40,35 @@
 // counts in it: use enough records that a run lasts many intervals. Peak
 // RSS is the process's high-water mark.
 //
-// Then each system runs once more on a fresh topic written at a fixed rate
-// (--latency-rate for --latency-for), and the harness reports the p50 and
-// p99 of the time from a record's write (its Kafka timestamp, which each
-// system carries to its result) to its result's visibility read_committed,
-// over the records written after the system's first result was visible. The peers are Maven projects built
-// on first use (mvn package, from Maven Central); nothing downloaded is
-// committed. Topics are deleted after each run.
+// Then each system runs once more at each interval of
+// --latency-intervals (a system@interval entry at its own only, the
+// passthrough once), each on a fresh topic written at a fixed rate
+// (--latency-rate) from the system's start until --latency-for after its
+// first result was visible, and the harness reports the p50 and p99 of the
+// time from a record's write (its Kafka timestamp, which each system
+// carries to its result) to its result's visibility read_committed, over
+// the records written after the first result was visible: --latency-for
+// of them at every system, however long it took to start.
+//
+// With --quota-bytes N, a backpressure run follows: the harness sets a
+// producer quota of N bytes/s on the broker for every client id
+// (kafka-configs.sh through `scripts/kafka tool`, its own input writer
+// exempted), runs each system but the passthrough for --quota-for past its
+// first result on input written at --latency-rate (which must write each
+// partition's results faster than N), and removes the quota again, also
+// on failure. It reports each system's checkpoint (weir, Flink) or commit
+// (Kafka Streams) durations, p50 and p99, and how many failed: weir's from
+// its "checkpoint complete" log lines and its
+// weir_checkpoints_aborted_total metric (from /metrics), Flink's from its
+// REST endpoint's checkpoint statistics, Kafka Streams' as the peer times
+// its producers' commits (see bench/peers/kstreams). A Kafka quota is per
+// client id: weir's and Flink's sinks have a producer, so a client id, per
+// task or subtask; Kafka Streams one per stream thread, which also writes
+// the store's changelog.
+//
+// The peers are Maven projects built on first use (mvn package, from
+// Maven Central); nothing downloaded is committed. Topics are deleted
+// after each run.
 package main
 
 import (
@@ -60,9 +93,12 @@ func main() {
 	flag.IntVar(&c.partitions, "partitions", 4, "partitions of every topic (= tasks)")
 	flag.IntVar(&c.keys, "keys", 10_000, "distinct keys")
 	flag.IntVar(&c.runs, "runs", 3, "runs of each system; the median is reported")
-	systems := flag.String("systems", "passthrough,weir,flink,kstreams", "systems to run, in order")
-	flag.IntVar(&c.latRate, "latency-rate", 20_000, "records per second of the latency runs")
-	flag.DurationVar(&c.latFor, "latency-for", 20*time.Second, "length of each system's latency run (0: none)")
+	systems := flag.String("systems", "passthrough,weir,flink,kstreams", "systems to run, in order: passthrough, weir, flink, flink-heap, kstreams, each optionally @INTERVAL (kstreams@100ms)")
+	flag.IntVar(&c.latRate, "latency-rate", 20_000, "records per second of the latency runs and of the quota run's input")
+	flag.DurationVar(&c.latFor, "latency-for", 20*time.Second, "length of each system's latency run, from its first result visible (0: none)")
+	latIntervals := flag.String("latency-intervals", "1s,100ms,50ms", "intervals each system's latency runs at (empty: --interval)")
+	flag.Int64Var(&c.quotaBytes, "quota-bytes", 0, "producer quota, bytes/s per client id, of the backpressure run (0: none)")
+	flag.DurationVar(&c.quotaFor, "quota-for", time.Minute, "length of each system's backpressure run, from its first result")
 	flag.IntVar(&c.restoreMB, "restore-mb", 1000, "megabytes of state of the restore runs of weir and kstreams (0: none)")
 	flag.DurationVar(&c.restoreSession, "restore-session-timeout", 6*time.Second, "group session timeout of the restore runs, waited out before each restart")
 	flag.StringVar(&c.processor, "processor", "", "the processor binary (default: go build ./cmd/processor)")
@@ -76,24 +112,34 @@ func main() {
 		flag.PrintDefaults()
 		os.Exit(2)
 	}
-	c.systems = strings.Split(*systems, ",")
+	var err error
+	if c.systems, err = parseSystems(*systems, c.interval); err == nil {
+		c.latIntervals, err = parseIntervals(*latIntervals)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
+		os.Exit(2)
+	}
 	c.weirFlags = strings.Fields(*weirFlags)
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, lats, rests, err := run(ctx, c, log)
-	if len(rests) > 0 {
-		writeRestore(os.Stdout, c, rests)
+	rep, err := run(ctx, c, log)
+	if len(rep.restores) > 0 {
+		writeRestore(os.Stdout, c, rep.restores)
 	}
-	if len(lats) > 0 {
-		writeLatency(os.Stdout, c, lats)
+	if len(rep.quotas) > 0 {
+		writeQuota(os.Stdout, c, rep.quotas)
 	}
-	if len(res) > 0 {
-		writeTable(os.Stdout, c, res)
+	if len(rep.latencies) > 0 {
+		writeLatency(os.Stdout, c, rep.latencies)
+	}
+	if len(rep.results) > 0 {
+		writeTable(os.Stdout, c, rep.results)
 		if *svg != "" {
 			f, ferr := os.Create(*svg)
 			if ferr == nil {
-				ferr = writeSVG(f, c, res)
+				ferr = writeSVG(f, c, rep.results)
 				if cerr := f.Close(); ferr == nil {
 					ferr = cerr
 				}
@@ -115,15 +161,19 @@ type config struct {
 	partitions int
 	keys       int
 	runs       int
-	systems    []string
+	systems    []system
 	processor  string
 	dir        string
-	latRate    int           // records/s of the latency runs
-	latFor     time.Duration // their length; 0: none
-	restoreMB  int           // state of the restore runs, MB; 0: none
+	latRate    int           // records/s of the latency runs and the quota run's input
+	latFor     time.Duration // their length past the first result; 0: none
+	// latIntervals are the intervals of the latency runs; none: interval.
+	latIntervals []time.Duration
+	quotaBytes   int64         // the quota run's producer quota, bytes/s per client id; 0: none
+	quotaFor     time.Duration // its length per system, from the first result
+	restoreMB    int           // state of the restore runs, MB; 0: none
 	// restoreSession is the session timeout of the restore runs.
 	restoreSession time.Duration
-	interval       time.Duration // checkpoint or commit interval of every system
+	interval       time.Duration // checkpoint or commit interval of a system that names none
 	weirFlags      []string      // more flags of weir's processor
 }
 
@@ -143,16 +193,28 @@ func childMain(args []string) (code int, child bool) {
 	return 0, false
 }
 
+// report is what the runs measured.
+type report struct {
+	results   []result
+	latencies []latency
+	quotas    []quotaRun
+	restores  []restore
+}
+
 // result is one run of one system.
 type result struct {
-	system  string
+	system  system
 	records int64         // output records in the measured span
 	elapsed time.Duration // the measured span
 	cpu     time.Duration // the process's CPU time in it
 	rss     int64         // peak resident set, bytes
 	total   time.Duration // from start to the whole output visible
 	check   error         // the exactly-once check; figures count only if nil
+	err     error         // the run failed: no figures
 }
+
+// ok says whether the run has figures: it ran and passed the check.
+func (r result) ok() bool { return r.err == nil && r.check == nil }
 
 func (r result) perSecond() float64 { return float64(r.records) / r.elapsed.Seconds() }
 

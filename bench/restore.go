@@ -239,11 +239,7 @@ func restoredBytes(log string, from int64) (fetched, reused int64) {
 		return 0, 0
 	}
 	attr := func(line, key string) int64 {
-		_, v, ok := strings.Cut(line, " "+key+"=")
-		if !ok {
-			return 0
-		}
-		v, _, _ = strings.Cut(v, " ")
+		v, _ := logAttr(line, key)
 		n, _ := strconv.ParseInt(v, 10, 64)
 		return n
 	}

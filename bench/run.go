@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -25,19 +27,29 @@ import (
 // the record's number, this header.
 var padding = []kgo.RecordHeader{{Key: "pad", Value: []byte(strings.Repeat("x", 72))}}
 
-func run(ctx context.Context, c config, log *slog.Logger) ([]result, []latency, []restore, error) {
+// run runs what c asks for. A run that fails is reported in its table
+// and the others go on; run returns the failures joined, and stops at
+// once when ctx ends.
+func run(ctx context.Context, c config, log *slog.Logger) (report, error) {
+	var rep report
 	if c.interval < time.Millisecond {
-		return nil, nil, nil, fmt.Errorf("--interval must be at least 1ms, got %v", c.interval)
+		return rep, fmt.Errorf("--interval must be at least 1ms, got %v", c.interval)
 	}
-	if c.records < 0 || c.partitions <= 0 || c.keys <= 0 || c.runs <= 0 || c.latFor < 0 || c.latFor > 0 && c.latRate <= 0 ||
-		c.restoreMB < 0 || c.restoreMB > 0 && c.restoreSession < time.Second {
-		return nil, nil, nil, fmt.Errorf("bad settings %+v", c)
+	if c.records < 0 || c.partitions <= 0 || c.keys <= 0 || c.runs <= 0 || c.latFor < 0 || (c.latFor > 0 || c.quotaBytes > 0) && c.latRate <= 0 ||
+		c.restoreMB < 0 || c.restoreMB > 0 && c.restoreSession < time.Second || c.quotaBytes < 0 || c.quotaBytes > 0 && c.quotaFor <= 0 || len(c.systems) == 0 {
+		return rep, fmt.Errorf("bad settings %+v", c)
+	}
+	// Each task (weir, Flink) has a producer of its own, so a client id:
+	// the input must be over the quota in each partition.
+	if perTask := int64(c.latRate) * resultBytes / int64(c.partitions); c.quotaBytes > 0 && perTask <= c.quotaBytes {
+		return rep, fmt.Errorf("--latency-rate %d writes results at about %d bytes/s per partition, not above --quota-bytes %d: raise it",
+			c.latRate, perTask, c.quotaBytes)
 	}
 	dir := c.dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "weir-bench-")
 		if err != nil {
-			return nil, nil, nil, err
+			return rep, err
 		}
 		defer os.RemoveAll(d)
 		dir = d
@@ -45,7 +57,7 @@ func run(ctx context.Context, c config, log *slog.Logger) ([]result, []latency, 
 	brokers := strings.Split(c.brokers, ",")
 	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
-		return nil, nil, nil, err
+		return rep, err
 	}
 	defer cl.Close()
 	adm := kadm.NewClient(cl)
@@ -53,52 +65,73 @@ func run(ctx context.Context, c config, log *slog.Logger) ([]result, []latency, 
 	_, _ = rand.Read(suffix[:])
 	self, err := os.Executable() // the passthrough and weir's restore job are its children
 	if err != nil {
-		return nil, nil, nil, err
+		return rep, err
 	}
 	b := &bench{c: c, log: log, adm: adm, brokers: brokers, dir: dir, suffix: hex.EncodeToString(suffix[:]), self: self}
 
 	for _, s := range c.systems {
-		if err := b.prepare(ctx, s); err != nil {
-			return nil, nil, nil, fmt.Errorf("%s: %w", s, err)
+		if err := b.prepare(ctx, s.kind); err != nil {
+			return rep, fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
-	res, err := b.throughput(ctx)
-	if err != nil {
-		return res, nil, nil, err
+	var failed []error
+	// fail notes a failed run; stop says whether to stop all of them.
+	fail := func(what string, err error) (stop bool) {
+		log.Error("run failed", "run", what, "err", err)
+		failed = append(failed, fmt.Errorf("%s: %w", what, err))
+		return ctx.Err() != nil
 	}
-	var lats []latency
+	done := func() (report, error) { return rep, errors.Join(failed...) }
+
+	if rep.results, err = b.throughput(ctx, fail); err != nil {
+		fail("throughput", err)
+		return done()
+	}
+	if c.latFor > 0 {
+		for _, s := range latencyPlan(c.systems, c.latIntervals, c.interval) {
+			l, err := b.latencyRun(ctx, s)
+			if err != nil {
+				l = latency{system: s, err: err}
+				if fail(fmt.Sprintf("%s at %s, latency", s.kind, s.intervalText()), err) {
+					return done()
+				}
+			} else {
+				log.Info("latency", "system", s.kind, "interval", s.intervalText(), "p50", l.p50, "p99", l.p99, "samples", l.samples, "exactly_once", l.check == nil)
+			}
+			rep.latencies = append(rep.latencies, l)
+		}
+	}
+	if c.quotaBytes > 0 {
+		if rep.quotas, err = b.quota(ctx, fail); err != nil {
+			fail("quota", err)
+			return done()
+		}
+	}
+	restored := map[string]bool{}
 	for _, s := range c.systems {
-		if c.latFor == 0 {
-			break
-		}
-		l, err := b.latencyRun(ctx, s)
-		if err != nil {
-			return res, lats, nil, fmt.Errorf("%s, latency: %w", s, err)
-		}
-		log.Info("latency", "system", s, "p50", l.p50, "p99", l.p99, "samples", l.samples, "exactly_once", l.check == nil)
-		lats = append(lats, l)
-	}
-	var rests []restore
-	for _, s := range c.systems {
-		if c.restoreMB == 0 || s != "weir" && s != "kstreams" {
+		if c.restoreMB == 0 || s.kind != "weir" && s.kind != "kstreams" || restored[s.kind] {
 			continue
 		}
-		r, err := b.restoreRun(ctx, s)
+		restored[s.kind] = true
+		r, err := b.restoreRun(ctx, s.kind)
 		if err != nil {
-			return res, lats, rests, fmt.Errorf("%s, restore: %w", s, err)
+			fail(s.kind+", restore", err)
+			return done()
 		}
-		log.Info("restore", "system", s, "kept", r.kept, "lost", r.lost, "exactly_once", r.check == nil)
-		rests = append(rests, r)
+		log.Info("restore", "system", s.kind, "kept", r.kept, "lost", r.lost, "exactly_once", r.check == nil)
+		rep.restores = append(rep.restores, r)
 		if r.check != nil {
-			return res, lats, rests, fmt.Errorf("%s, restore: %w", s, r.check)
+			fail(s.kind+", restore", r.check)
+			return done()
 		}
 	}
-	return res, lats, rests, nil
+	return done()
 }
 
 // throughput runs each system c.runs times on c.records input records
-// (none if 0).
-func (b *bench) throughput(ctx context.Context) ([]result, error) {
+// (none if 0). A run that fails is a result with its error, noted with
+// fail, unless fail says to stop.
+func (b *bench) throughput(ctx context.Context, fail func(string, error) bool) ([]result, error) {
 	c, log := b.c, b.log
 	var res []result
 	if c.records == 0 {
@@ -117,9 +150,13 @@ func (b *bench) throughput(ctx context.Context) ([]result, error) {
 		for _, s := range c.systems {
 			r, err := b.runOnce(ctx, s, in, k)
 			if err != nil {
-				return res, fmt.Errorf("%s, run %d: %w", s, k+1, err)
+				res = append(res, result{system: s, err: err})
+				if fail(fmt.Sprintf("%s, run %d", s.name, k+1), err) {
+					return res, nil
+				}
+				continue
 			}
-			log.Info("run", "system", s, "run", k+1, "records_per_s", int(r.perSecond()), "cpu_s_per_million", fmt.Sprintf("%.2f", r.cpuPerMillion()),
+			log.Info("run", "system", s.name, "run", k+1, "records_per_s", int(r.perSecond()), "cpu_s_per_million", fmt.Sprintf("%.2f", r.cpuPerMillion()),
 				"peak_rss_mb", r.rss>>20, "exactly_once", r.check == nil)
 			res = append(res, r)
 		}
@@ -183,7 +220,7 @@ func (b *bench) load(ctx context.Context, topic string) error {
 	}
 }
 
-// prepare builds what system s runs.
+// prepare builds what a system of kind s runs.
 func (b *bench) prepare(ctx context.Context, s string) error {
 	switch s {
 	case "passthrough":
@@ -195,18 +232,27 @@ func (b *bench) prepare(ctx context.Context, s string) error {
 		b.c.processor = filepath.Join(b.dir, "processor")
 		b.log.Info("building the processor")
 		return command(ctx, ".", "go", "build", "-o", b.c.processor, "./cmd/processor")
-	case "flink", "kstreams":
-		pom := filepath.Join("bench", "peers", s, "pom.xml")
+	case "flink", "flink-heap", "kstreams":
+		peer := peerOf(s)
+		pom := filepath.Join("bench", "peers", peer, "pom.xml")
 		if _, err := os.Stat(pom); err != nil {
 			return fmt.Errorf("run bench from the repository's root: %w", err)
 		}
-		if peerBuilt(s) {
+		if peerBuilt(peer) {
 			return nil
 		}
-		b.log.Info("building the peer with Maven (first use downloads its dependencies)", "peer", s)
+		b.log.Info("building the peer with Maven (first use downloads its dependencies)", "peer", peer)
 		return command(ctx, ".", "mvn", "-q", "-B", "-f", pom, "package", "-DskipTests")
 	}
-	return fmt.Errorf("unknown system %q (want passthrough, weir, flink or kstreams)", s)
+	return fmt.Errorf("unknown system %q (want one of %s)", s, strings.Join(kinds, ", "))
+}
+
+// peerOf is the peer (bench/peers/...) that runs kind.
+func peerOf(kind string) string {
+	if kind == "flink-heap" {
+		return "flink"
+	}
+	return kind
 }
 
 // peerBuilt says whether peer s's target has its libraries and a class
@@ -237,33 +283,52 @@ func command(ctx context.Context, dir, name string, args ...string) error {
 }
 
 // start starts system s reading in and writing out; name is unique to the
-// run, dir its own directory.
-func (b *bench) start(s, in, out, name, dir string) (*exec.Cmd, error) {
+// run, dir its own directory. A probe asks it to show its checkpoints or
+// commits (see quota.go); nil for none.
+func (b *bench) start(s system, in, out, name, dir string, p *probe) (*exec.Cmd, error) {
 	brokers := strings.Join(b.brokers, ",")
 	var cmd *exec.Cmd
-	switch s {
+	switch s.kind {
 	case "passthrough":
 		cmd = exec.Command(b.self, "passthrough", brokers, in, out)
 	case "weir":
 		args := []string{"run", "--job", "count", "--name", name, "--brokers", brokers,
 			"--input", in, "--output", out, "--checkpoints", "file://" + filepath.Join(dir, "checkpoints"),
-			"--state-dir", filepath.Join(dir, "state"), "--interval", b.c.interval.String(), "--http-addr", "off", "--log-level", "warn"}
-		cmd = exec.Command(b.c.processor, append(args, b.c.weirFlags...)...)
-	case "flink", "kstreams":
+			"--state-dir", filepath.Join(dir, "state"), "--interval", s.interval.String(), "--http-addr", "off", "--log-level", "warn"}
+		args = append(args, b.c.weirFlags...)
+		if p != nil { // after --weir-flags: the probe needs these
+			args = append(args, "--http-addr", "127.0.0.1:0", "--log-level", "info")
+		}
+		cmd = exec.Command(b.c.processor, args...)
+	case "flink", "flink-heap", "kstreams":
 		last := strconv.Itoa(b.c.partitions) // Flink: parallelism
-		if s == "kstreams" {
+		if s.kind == "kstreams" {
 			last = "2" // stream threads: one per core of the machine
 		}
-		cmd = exec.Command("java", "-cp", b.peerClasspath(s), "weir.bench.Count", brokers, in, out, name, dir, last,
-			strconv.FormatInt(b.c.interval.Milliseconds(), 10))
+		var props []string
+		if s.kind == "flink-heap" {
+			props = append(props, "-Dweir.bench.state=hashmap")
+		}
+		if p != nil && p.restPort > 0 {
+			props = append(props, "-Dweir.bench.rest.port="+strconv.Itoa(p.restPort))
+		}
+		args := append(props, "-cp", b.peerClasspath(peerOf(s.kind)), "weir.bench.Count", brokers, in, out, name, dir, last,
+			strconv.FormatInt(s.interval.Milliseconds(), 10))
+		cmd = exec.Command("java", args...)
+	default:
+		return nil, fmt.Errorf("unknown system %q", s.kind)
 	}
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = os.Stderr
-	if s == "flink" || s == "kstreams" {
-		cmd.Stdout, cmd.Stderr = nil, nil // their INFO logs; failures show as a run that never completes
-		if f, err := os.Create(filepath.Join(dir, "log")); err == nil {
-			cmd.Stdout, cmd.Stderr = f, f
+	if s.kind != "passthrough" && (s.kind != "weir" || p != nil) {
+		// The peers' INFO logs, and weir's when a probe reads them.
+		cmd.Stdout, cmd.Stderr = nil, nil
+		f, err := os.Create(filepath.Join(dir, "log"))
+		if err != nil {
+			return nil, err
 		}
+		defer f.Close() // the child has its own descriptor
+		cmd.Stdout, cmd.Stderr = f, f
 	}
 	return cmd, cmd.Start()
 }
@@ -274,8 +339,8 @@ func (b *bench) peerClasspath(s string) string {
 	return filepath.Join(peer, "classes") + string(os.PathListSeparator) + filepath.Join(peer, "lib", "*")
 }
 
-func (b *bench) runOnce(ctx context.Context, s, in string, k int) (result, error) {
-	name := fmt.Sprintf("bench-%s-%d-%s", s, k, b.suffix)
+func (b *bench) runOnce(ctx context.Context, s system, in string, k int) (result, error) {
+	name := fmt.Sprintf("bench-%s-%d-%s", s.slug(), k, b.suffix)
 	out := name + "-out"
 	dir := filepath.Join(b.dir, name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -286,13 +351,13 @@ func (b *bench) runOnce(ctx context.Context, s, in string, k int) (result, error
 	}
 	defer b.delete(out, name+"-")
 	chk := newChecker(b.c.keys)
-	chk.raw = s == "passthrough"
+	chk.raw = s.kind == "passthrough"
 	reader := make(chan error, 1)
 	rctx, stopReading := context.WithCancel(ctx)
 	defer stopReading()
 	go func() { reader <- b.read(rctx, out, chk) }()
 
-	cmd, err := b.start(s, in, out, name, dir)
+	cmd, err := b.start(s, in, out, name, dir, nil)
 	if err != nil {
 		return result{}, err
 	}
@@ -348,17 +413,21 @@ func (b *bench) runOnce(ctx context.Context, s, in string, k int) (result, error
 }
 
 // watch waits for cmd in the background: exited yields its end; stop
-// ends it with SIGTERM, or SIGKILL after 30 s, and waits for it.
+// ends it with SIGTERM, or SIGKILL after 30 s, and waits for it (once:
+// later calls return at once).
 func watch(cmd *exec.Cmd) (exited chan error, stop func()) {
 	exited = make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
+	var once sync.Once
 	return exited, func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
+		once.Do(func() {
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-exited:
+			case <-time.After(30 * time.Second):
+				_ = cmd.Process.Kill()
+				<-exited
+			}
+		})
 	}
 }

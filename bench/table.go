@@ -14,15 +14,18 @@ import (
 func writeTable(w io.Writer, c config, res []result) {
 	fmt.Fprintf(w, "keyed running count: %d records (~100 bytes), %d partitions, %d keys; median of %d runs; steady state (first to last output visible)\n",
 		c.records, c.partitions, c.keys, c.runs)
-	fmt.Fprintf(w, "%-12s %12s %20s %12s %14s %10s %14s %8s\n", "system", "records/s", "(range)", "cpu s / M", "peak RSS MiB", "total s", "vs passthrough", "vs weir")
+	fmt.Fprintf(w, "%-16s %9s %12s %20s %12s %14s %10s %14s %8s\n", "system", "interval", "records/s", "(range)", "cpu s / M", "peak RSS MiB", "total s", "vs passthrough", "vs weir")
 	for _, r := range res {
-		if r.check != nil {
-			fmt.Fprintf(w, "%-12s run failed the check: %v\n", r.system, r.check)
+		switch {
+		case r.err != nil:
+			fmt.Fprintf(w, "%-16s run failed: %v\n", r.system.name, r.err)
+		case r.check != nil:
+			fmt.Fprintf(w, "%-16s run failed the check: %v\n", r.system.name, r.check)
 		}
 	}
 	med := map[string]result{}
 	for _, r := range medians(c, res) {
-		med[r.system] = r
+		med[r.system.name] = r
 	}
 	ratio := func(r result, base string) string {
 		b, ok := med[base]
@@ -32,21 +35,21 @@ func writeTable(w io.Writer, c config, res []result) {
 		return fmt.Sprintf("%.2f", r.perSecond()/b.perSecond())
 	}
 	for _, s := range c.systems {
-		r, ok := med[s]
+		r, ok := med[s.name]
 		if !ok {
-			fmt.Fprintf(w, "%-12s no run passed\n", s)
+			fmt.Fprintf(w, "%-16s %9s no run passed\n", s.name, s.intervalText())
 			continue
 		}
 		var lo, hi float64
 		for _, x := range res {
-			if x.system == s && x.check == nil {
+			if x.system.name == s.name && x.ok() {
 				if lo == 0 || x.perSecond() < lo {
 					lo = x.perSecond()
 				}
 				hi = max(hi, x.perSecond())
 			}
 		}
-		fmt.Fprintf(w, "%-12s %12.0f %20s %12.2f %14d %10.2f %14s %8s\n", s, r.perSecond(), fmt.Sprintf("%.0f-%.0f", lo, hi),
+		fmt.Fprintf(w, "%-16s %9s %12.0f %20s %12.2f %14d %10.2f %14s %8s\n", s.name, s.intervalText(), r.perSecond(), fmt.Sprintf("%.0f-%.0f", lo, hi),
 			r.cpuPerMillion(), r.rss>>20, r.total.Seconds(), ratio(r, "passthrough"), ratio(r, "weir"))
 	}
 }
@@ -86,10 +89,10 @@ func writeSVG(w io.Writer, c config, res []result) error {
 				bw = ch.val(r) / ch.most * width
 			}
 			color := "#8a8f98"
-			if r.system == "weir" {
+			if r.system.kind == "weir" {
 				color = "#2b6cb0"
 			}
-			p(`<text x="%d" y="%d">%s</text>`+"\n", ch.x0+10, y+barH-8, r.system)
+			p(`<text x="%d" y="%d">%s</text>`+"\n", ch.x0+10, y+barH-8, r.system.name)
 			p(`<rect x="%d" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", ch.x0+left, y, bw, barH, color)
 			p(`<text x="%.1f" y="%d">`+ch.unit+`</text>`+"\n", float64(ch.x0+left)+bw+4, y+barH-8, ch.val(r))
 		}
@@ -105,7 +108,7 @@ func medians(c config, res []result) []result {
 	for _, s := range c.systems {
 		var ok []result
 		for _, r := range res {
-			if r.system == s && r.check == nil {
+			if r.system.name == s.name && r.ok() {
 				ok = append(ok, r)
 			}
 		}
@@ -118,17 +121,73 @@ func medians(c config, res []result) []result {
 	return out
 }
 
-// writeLatency prints each system's latency run.
+// writeLatency prints each system's latency run at each interval.
 func writeLatency(w io.Writer, c config, lats []latency) {
-	fmt.Fprintf(w, "end-to-end latency at %d records/s for %v (write to read_committed visibility)\n", c.latRate, c.latFor)
-	fmt.Fprintf(w, "%-12s %10s %10s %10s %9s\n", "system", "p50 ms", "p99 ms", "max ms", "samples")
+	fmt.Fprintf(w, "end-to-end latency at %d records/s for %v past each system's first result, %d partitions (write to read_committed visibility)\n",
+		c.latRate, c.latFor, c.partitions)
+	fmt.Fprintf(w, "%-12s %9s %10s %10s %10s %9s %13s\n", "system", "interval", "p50 ms", "p99 ms", "max ms", "samples", "exactly-once")
+	var notes []string
 	for _, l := range lats {
-		if l.check != nil {
-			fmt.Fprintf(w, "%-12s failed the check: %v\n", l.system, l.check)
+		if l.err != nil {
+			fmt.Fprintf(w, "%-12s %9s run failed: %v\n", l.system.kind, l.system.intervalText(), l.err)
 			continue
 		}
-		fmt.Fprintf(w, "%-12s %10.1f %10.1f %10.1f %9d\n", l.system, ms(l.p50), ms(l.p99), ms(l.max), l.samples)
+		once := "yes"
+		if l.check != nil {
+			once = "NO"
+			notes = append(notes, fmt.Sprintf("%s at %s: %v", l.system.kind, l.system.intervalText(), l.check))
+		}
+		fmt.Fprintf(w, "%-12s %9s %10.1f %10.1f %10.1f %9d %13s\n", l.system.kind, l.system.intervalText(), ms(l.p50), ms(l.p99), ms(l.max), l.samples, once)
 	}
+	for _, n := range notes {
+		fmt.Fprintf(w, "failed the check: %s\n", n)
+	}
+	fmt.Fprintln(w)
+}
+
+// writeQuota prints each system's checkpoints or commits under the
+// producer quota.
+func writeQuota(w io.Writer, c config, qs []quotaRun) {
+	if len(qs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "Under a producer quota of %d bytes/s per client (input at %d records/s, %d partitions; each system for %v from its first result visible)\n",
+		c.quotaBytes, c.latRate, c.partitions, c.quotaFor)
+	fmt.Fprintf(w, "%-16s %9s %11s %9s %9s %9s %9s %7s %10s %13s  %s\n",
+		"system", "interval", "of", "done", "p50 ms", "p99 ms", "max ms", "failed", "results/s", "exactly-once", "durations")
+	var notes []string
+	opt := func(d time.Duration) string {
+		if d == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.1f", ms(d))
+	}
+	for _, q := range qs {
+		if q.err != nil {
+			fmt.Fprintf(w, "%-16s %9s run failed: %v\n", q.system.name, q.system.intervalText(), q.err)
+			continue
+		}
+		of := "checkpoints"
+		if q.system.kind == "kstreams" {
+			of = "commits"
+		}
+		once := "so far yes"
+		if q.check != nil {
+			once = "NO"
+			notes = append(notes, fmt.Sprintf("%s failed the check: %v", q.system.name, q.check))
+		}
+		st := q.stats
+		if st.untriggered > 0 {
+			notes = append(notes, fmt.Sprintf("%s: %d more checkpoints failed to trigger (Flink counts those while its tasks start as failed)", q.system.name, st.untriggered))
+		}
+		fmt.Fprintf(w, "%-16s %9s %11s %9d %9s %9s %9s %7d %10.0f %13s  %s\n", q.system.name, q.system.intervalText(), of, st.completed,
+			opt(st.p50), opt(st.p99), opt(st.max), st.failed, float64(q.results)/q.window.Seconds(), once, st.source)
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	fmt.Fprintln(w, "(weir: each task's checkpoints, trigger to durable manifest; Flink: each checkpoint, trigger to its last acknowledgement;\n"+
+		" Kafka Streams: each stream thread's commits, its producer's first flush to commitTransaction's return)")
 	fmt.Fprintln(w)
 }
 

@@ -27,11 +27,26 @@ import org.apache.kafka.clients.producer.ProducerRecord;
  * The benchmark's count job: for each input record (key, decimal value), its
  * key's running count and sum as {"key":...,"count":...,"sum":...}, keyed by
  * the key. One JVM, an embedded mini cluster, parallelism = partitions,
- * RocksDB state with incremental checkpoints every interval-ms to a local
- * directory, KafkaSink EXACTLY_ONCE.
+ * checkpoints every interval-ms to a local directory, KafkaSink
+ * EXACTLY_ONCE.
  *
  * <p>Arguments: brokers input output job-name checkpoint-dir parallelism
- * interval-ms.
+ * interval-ms. System properties:
+ *
+ * <ul>
+ *   <li>weir.bench.state: rocksdb (the default: RocksDB state, incremental
+ *       checkpoints) or hashmap (state on the heap, full checkpoints, which
+ *       is all it has, and object reuse: the tuned setup for this job);
+ *   <li>weir.bench.rest.port: the port of the mini cluster's REST endpoint
+ *       on 127.0.0.1, where the harness reads the checkpoint statistics
+ *       (/jobs/ID/checkpoints); unset, Flink picks one.
+ * </ul>
+ *
+ * <p>The network buffers and managed memory grow with the parallelism
+ * (Flink's local defaults, 64 MB of buffers and 128 MB of managed memory,
+ * are too small for a keyBy between 64 subtasks), and a job that fails ten
+ * times ends the process, so that the harness reports a setup that cannot
+ * run instead of waiting for its output.
  */
 public final class Count {
   public static void main(String[] args) throws Exception {
@@ -40,15 +55,48 @@ public final class Count {
       System.exit(2);
     }
     String brokers = args[0], input = args[1], output = args[2], name = args[3];
+    int parallelism = Integer.parseInt(args[5]);
     Configuration conf = new Configuration();
-    conf.setString("state.backend.type", "rocksdb");
-    conf.setString("execution.checkpointing.incremental", "true");
+    String state = System.getProperty("weir.bench.state", "rocksdb");
+    switch (state) {
+      case "rocksdb":
+        conf.setString("state.backend.type", "rocksdb");
+        conf.setString("execution.checkpointing.incremental", "true");
+        break;
+      case "hashmap":
+        conf.setString("state.backend.type", "hashmap");
+        conf.setString("execution.checkpointing.incremental", "false");
+        conf.setString("pipeline.object-reuse", "true");
+        break;
+      default:
+        System.err.println("weir.bench.state: " + state + ", want rocksdb or hashmap");
+        System.exit(2);
+    }
     conf.setString("execution.checkpointing.dir", "file://" + args[4]);
     conf.setString("execution.checkpointing.interval", args[6] + "ms");
     conf.setString("execution.checkpointing.mode", "EXACTLY_ONCE");
     conf.setString("taskmanager.numberOfTaskSlots", args[5]);
+    // An input gate has 2 buffers per channel and 8 floating, a result
+    // partition at least one per subpartition and one more: about p·(3p+9)
+    // buffers of 32 KiB for the one keyBy (64: 408 MiB), more than it
+    // needs at the least.
+    long network = Math.max(64L << 20, (long) parallelism * (3L * parallelism + 9) * (32 << 10));
+    conf.setString("taskmanager.memory.network.min", network + "b");
+    conf.setString("taskmanager.memory.network.max", network + "b");
+    conf.setString("taskmanager.memory.managed.size", Math.max(128L << 20, parallelism * (8L << 20)) + "b");
+    conf.setString("restart-strategy.type", "fixed-delay");
+    conf.setString("restart-strategy.fixed-delay.attempts", "10");
+    conf.setString("restart-strategy.fixed-delay.delay", "1 s");
+    conf.setString("web.checkpoints.history", "100000"); // every checkpoint of a run in /jobs/ID/checkpoints
+    String rest = System.getProperty("weir.bench.rest.port");
+    if (rest != null) {
+      conf.setString("rest.address", "127.0.0.1");
+      conf.setString("rest.bind-address", "127.0.0.1");
+      conf.setString("rest.port", rest);
+      conf.setString("rest.bind-port", rest);
+    }
     StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
-    env.setParallelism(Integer.parseInt(args[5]));
+    env.setParallelism(parallelism);
 
     Properties consumer = new Properties();
     consumer.setProperty("isolation.level", "read_committed");
@@ -106,6 +154,11 @@ public final class Count {
         })
         .returns(Types.TUPLE(Types.STRING, Types.STRING))
         .sinkTo(sink);
-    env.execute(name);
+    try {
+      env.execute(name);
+    } catch (Throwable e) {
+      e.printStackTrace();
+      System.exit(1); // the mini cluster's threads would keep the JVM up
+    }
   }
 }
