@@ -269,6 +269,16 @@ var commands = map[string]how{
 		{file: "bench/bench_test.go", text: "func TestBench(", name: "TestBench"}}},
 	"go run ./bench --brokers $B --systems weir,kstreams --records 0 --latency-for 0 --restore-mb 1000": {by: []ref{
 		{file: "bench/bench_test.go", text: "func TestBench(", name: "TestBench"}}},
+	"go run ./bench --brokers $B --systems passthrough,weir,flink,kstreams,kstreams@100ms": {by: []ref{
+		{file: "bench/bench_test.go", text: "func TestBench(", name: "TestBench"}}},
+	"go run ./bench --brokers $B --records 0 --restore-mb 0 --latency-intervals 1s,100ms,50ms": {by: []ref{
+		{file: "bench/bench_test.go", text: "func TestBench(", name: "TestBench"}}},
+	"go run ./bench --brokers $B --systems passthrough,weir,flink,flink-heap,kstreams": {by: []ref{
+		{file: "bench/bench_test.go", text: "func TestBench(", name: "TestBench"}}},
+	"go run ./bench --brokers $B --partitions 64": {by: []ref{
+		{file: "bench/bench_test.go", text: "func TestBench(", name: "TestBench"}}},
+	"go run ./bench --brokers $B --records 0 --latency-for 0 --restore-mb 0 --quota-bytes 150000 --latency-rate 20000": {by: []ref{
+		{file: "bench/bench_test.go", text: "func TestBench(", name: "TestBench"}}},
 
 	// docs/operating.md and docs/writing-jobs.md.
 	"go run -tags weirfaults ./cmd/processor chaos --duration 30m": {by: []ref{

@@ -34,6 +34,11 @@ var (
 		// kafka-topics.sh's, in the reset command of an internal topic.
 		"bootstrap-server": "kafka-topics.sh --bootstrap-server",
 		"delete":           "kafka-topics.sh --delete",
+		// kafka-configs.sh's, in bench's quota run.
+		"alter":          "kafka-configs.sh --alter",
+		"add-config":     "kafka-configs.sh --add-config",
+		"entity-type":    "kafka-configs.sh --entity-type",
+		"entity-default": "kafka-configs.sh --entity-default",
 	}
 	otherEnv = map[string]string{
 		"WEIR_KAFKA_DIR":      "scripts/kafka",
