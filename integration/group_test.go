@@ -32,7 +32,7 @@ const (
 // and a session timeout the broker allows (group.min.session.timeout.ms is
 // 6s by default).
 var groupFlags = []string{
-	"--interval", "500ms", "--tolerable-failures", "3", "--txn-timeout", "60s", "--pool-size", "6",
+	"--interval", "500ms", "--tolerable-failures", "3", "--txn-timeout", "60s", "--pool-size", "9",
 	"--session-timeout", "6s", "--heartbeat-interval", "1s", "--rebalance-timeout", "30s", "--handoff-timeout", "10s",
 }
 

@@ -178,7 +178,7 @@ func testKillNine(t *testing.T, c *testcluster.Cluster, b *testcluster.Bucket) {
 	defer cancel()
 	j := newCountJob(t, c, 4)
 	storage := "file:// (" + j.checkpoints + ")"
-	flags := []string{"--interval", "100ms", "--tolerable-failures", "3", "--txn-timeout", "60s", "--pool-size", "6"}
+	flags := []string{"--interval", "100ms", "--tolerable-failures", "3", "--txn-timeout", "60s", "--pool-size", "9"}
 	if b != nil {
 		j.useS3(b)
 		storage = fmt.Sprintf("s3:// (%s at %s, bucket %s, prefix %s)", b.Provider, b.Endpoint, b.Name, b.Prefix)

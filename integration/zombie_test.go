@@ -28,7 +28,7 @@ func TestZombie(t *testing.T) {
 	j := newCountJob(t, c, partitions)
 	out := startOutputReader(t, c, j.output, partitions)
 	gen := startGenerator(t, c, j.input, 100, -1, 1000)
-	flags := []string{"--interval", "500ms", "--tolerable-failures", "3", "--txn-timeout", "60s", "--pool-size", "6"}
+	flags := []string{"--interval", "500ms", "--tolerable-failures", "3", "--txn-timeout", "60s", "--pool-size", "9"}
 	epochA := time.Now().UnixNano()
 	epochB := epochA + int64(time.Minute)
 	withEpoch := func(e int64) []string { return append(slices.Clone(flags), "--epoch", strconv.FormatInt(e, 10)) }

@@ -60,14 +60,13 @@ func ParseDelivery(s string) (Delivery, error) {
 
 // Defaults and bounds of Config.
 const (
-	// MinPoolSize is the fewest transactional ids a task's sink may own: one
-	// for the open transaction, one for the pre-committed one waiting for
-	// its checkpoint, one for the committed one the newest manifest still
-	// names (see CheckPoolSize).
+	// MinPoolSize is the fewest transactional ids a task's sink may own, the
+	// pool for no tolerated failure: one for the open transaction, one for
+	// the pre-committed one waiting for its checkpoint, one for the
+	// committed one the newest manifest still names (see CheckPoolSize).
 	MinPoolSize = 3
-	// DefaultPoolSize leaves room for two consecutive failed checkpoints
-	// (or one, when commit notifications and barriers race; see
-	// CheckPoolSize).
+	// DefaultPoolSize survives any sequence of failed and completed
+	// checkpoints with at most one failure in a row (PoolSizeFor(1)).
 	DefaultPoolSize = 5
 	// DefaultMaxRecordBytes is the default of Config.MaxRecordBytes:
 	// franz-go's default batch limit, Kafka's default max.message.bytes.
@@ -345,18 +344,35 @@ func CheckTimeout(txnTimeout, interval time.Duration, tolerableFailures int, res
 	return nil
 }
 
+// PoolSizeFor is the fewest transactional ids per task that survive every
+// sequence of failed and completed checkpoints with at most
+// tolerableFailures failures in a row, counting from a restore too:
+// 2 × tolerableFailures + 3.
+//
+// The proof, with f = tolerableFailures. The coordinator runs one
+// checkpoint at a time and fails the task at the (f+1)th failure in a row,
+// so a completed checkpoint commits at most f+1 transactions: those of the
+// f failed checkpoints before it and its own. Its manifest names them all,
+// so their slots stay held until the next checkpoint completes (pool
+// .complete); a restored manifest's committables, also at most f+1, are
+// held the same way until the first completion after the restore. Until
+// that next completion the sink pre-commits at most f+1 more transactions
+// (f failures, then the completing one) and, right after the last of them,
+// opens one to write into. At that moment it holds (f+1) + (f+1) + 1 =
+// 2f+3 slots, and never more: the completion frees the first f+1. The
+// bound is reached by f failures, a completion, f failures and a
+// pre-commit, which is why f+3 was not enough (3 failures, a completion,
+// a failure and a pre-commit ran out with f=3).
+func PoolSizeFor(tolerableFailures int) int { return 2*tolerableFailures + MinPoolSize }
+
 // CheckPoolSize refuses a pool of transactional ids too small for the
-// checkpoints a job tolerates to fail. While checkpoints fail, their
-// pre-committed transactions stay pending, each holding a slot; with f
-// consecutive failures the sink holds f pending slots, plus the committed
-// slot the newest manifest names, plus the one just pre-committed, plus one
-// to write the next transaction into: f + 3. The sink cannot wait for a slot
-// (commits arrive on the goroutine that would wait), so running out fails
-// the task with ErrNoFreeSlot; the worker calls this at start so that a
-// configuration which could run out is refused instead.
+// checkpoints a job tolerates to fail (PoolSizeFor). The sink cannot wait
+// for a slot (commits arrive on the goroutine that would wait), so running
+// out fails the task with ErrNoFreeSlot; the worker calls this at start so
+// that a configuration which could run out is refused instead.
 func CheckPoolSize(poolSize, tolerableFailures int) error {
-	if need := tolerableFailures + MinPoolSize; poolSize < need {
-		return fmt.Errorf("sink pool size %d is too small for %d tolerable checkpoint failures: need at least tolerable failures + %d = %d transactional ids per task; raise the sink's PoolSize or lower tolerable failures",
+	if need := PoolSizeFor(tolerableFailures); poolSize < need {
+		return fmt.Errorf("sink pool size %d is too small for %d tolerable checkpoint failures: need at least 2 × tolerable failures + %d = %d transactional ids per task; raise the sink's PoolSize or lower tolerable failures",
 			poolSize, tolerableFailures, MinPoolSize, need)
 	}
 	return nil

@@ -20,11 +20,11 @@ func ExampleCheckTimeout() {
 }
 
 func ExampleCheckPoolSize() {
+	fmt.Println(sink.CheckPoolSize(sink.DefaultPoolSize, 1))
 	fmt.Println(sink.CheckPoolSize(sink.DefaultPoolSize, 2))
-	fmt.Println(sink.CheckPoolSize(sink.DefaultPoolSize, 3))
 	// Output:
 	// <nil>
-	// sink pool size 5 is too small for 3 tolerable checkpoint failures: need at least tolerable failures + 3 = 6 transactional ids per task; raise the sink's PoolSize or lower tolerable failures
+	// sink pool size 5 is too small for 2 tolerable checkpoint failures: need at least 2 × tolerable failures + 3 = 7 transactional ids per task; raise the sink's PoolSize or lower tolerable failures
 }
 
 func ExampleKafka() {

@@ -439,8 +439,8 @@ func TestExactlyOnceSlotReuse(t *testing.T) {
 		t.Fatalf("slots used %v, want %v", used, want)
 	}
 	// Checkpoints 5 and 6 fail: with one slot held by manifest 4 and two
-	// pending, a pool of 3 has none for the next transaction (CheckPoolSize
-	// wants 4 for one tolerated failure).
+	// pending, a pool of 3 has none for the next transaction (PoolSizeFor
+	// wants 5 for one tolerated failure).
 	step(5, "5", false)
 	step(6, "6", false)
 	err := w.Write(ctx(t), "7")
@@ -451,6 +451,61 @@ func TestExactlyOnceSlotReuse(t *testing.T) {
 	commit(t, w, 6)
 	step(7, "7", true)
 	e.wantCommitted("1", "2", "3", "4", "5", "6", "7")
+}
+
+// A pool of PoolSizeFor(f) survives the worst sequences of tolerated
+// failures on a real coordinator, right after a restore whose manifest names
+// f+1 transactions: f failures, a completion, f failures, a completion,
+// with records written between every barrier and its outcome. Every record
+// commits once.
+func TestExactlyOnceSurvivesToleratedFailures(t *testing.T) {
+	const f = 2
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.PoolSize = PoolSizeFor(f)
+	var want []string
+	id := checkpoint.ID(0)
+	step := func(w *txnWriter[string], complete bool) []checkpoint.Committable {
+		t.Helper()
+		id++
+		v := fmt.Sprint(id)
+		want = append(want, v)
+		write(t, w, v)
+		cs := preCommit(t, w, id)
+		write(t, w, v+"+") // between the barrier and its outcome
+		want = append(want, v+"+")
+		if complete {
+			commit(t, w, id)
+		}
+		return cs
+	}
+	w1 := e.mustOpen(cfg, nil)
+	var cs []checkpoint.Committable
+	for range f + 1 {
+		cs = step(w1, false)
+	}
+	if len(cs) != f+1 {
+		t.Fatalf("manifest of checkpoint %d names %d transactions, want %d", id, len(cs), f+1)
+	}
+	crash(w1)
+	// The open transaction's records ("3+") die with w1: no manifest
+	// names them.
+	want = slices.DeleteFunc(want, func(v string) bool { return v == fmt.Sprint(id)+"+" })
+
+	w2 := e.mustOpen(cfg, cs)
+	for round := range 3 {
+		for range f {
+			step(w2, false)
+		}
+		step(w2, true)
+		t.Logf("round %d: %s", round, w2.pool.describe())
+	}
+	step(w2, true) // commits the last open transaction's records
+	if err := w2.Close(); err != nil { // aborts the open one, which holds readers back
+		t.Fatal(err)
+	}
+	want = want[:len(want)-1]
+	e.wantCommitted(want...)
 }
 
 func TestAtLeastOnceAndNone(t *testing.T) {

@@ -2,6 +2,8 @@ package sink
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -107,43 +109,154 @@ func TestPoolAbortedCheckpointsCarryOver(t *testing.T) {
 	}
 }
 
-// With f failed checkpoints in a row the sink holds f+3 slots (CheckPoolSize).
-func TestPoolSizeMatchesCheckPoolSize(t *testing.T) {
+// sinkModel drives a pool the way txnWriter does, without Kafka: a slot is
+// picked after open and after every pre-commit and commit (openNext), and a
+// write that finds none fails the task with ErrNoFreeSlot.
+type sinkModel struct {
+	p     *pool
+	cur   int
+	fails int // consecutive failed checkpoints
+	id    checkpoint.ID
+}
+
+func (m *sinkModel) clone() *sinkModel {
+	c := *m
+	c.p = &pool{slots: slices.Clone(m.p.slots), next: m.p.next, durable: m.p.durable}
+	return &c
+}
+
+func (m *sinkModel) openNext() {
+	if m.cur < 0 {
+		if i, err := m.p.acquire(); err == nil {
+			m.cur = i
+		}
+	}
+}
+
+// checkpoint runs a barrier's PreCommit after an interval of writes, then
+// writes on while the checkpoint completes or fails, as a task does: its
+// Commit comes after the upload. Writing never frees a slot, so a model
+// that always writes finds every sequence that runs out.
+func (m *sinkModel) checkpoint() error {
+	m.id++
+	m.p.preCommit(m.cur, m.id, committable(fmt.Sprint(m.id)))
+	m.cur = -1
+	m.openNext()
+	m.p.pending(m.id)
+	if m.cur < 0 {
+		i, err := m.p.acquire()
+		if err != nil {
+			return err
+		}
+		m.cur = i
+	}
+	return nil
+}
+
+func (m *sinkModel) completed() {
+	for _, i := range m.p.toCommit(m.id) {
+		m.p.committed(i)
+	}
+	for _, i := range m.p.complete(m.id) {
+		m.p.reinitialised(i)
+	}
+	m.fails = 0
+	m.openNext()
+}
+
+// runsOut searches every sequence of depth checkpoints (each completed or
+// failed, at most f failures in a row as the coordinator allows) for one
+// that leaves the sink no slot to write into; it returns that sequence.
+func runsOut(m *sinkModel, f, depth int, path string) (string, bool) {
+	if depth == 0 {
+		return "", false
+	}
+	for _, ok := range []bool{true, false} {
+		if !ok && m.fails == f {
+			continue // the (f+1)th failure fails the task: a restore follows
+		}
+		c := m.clone()
+		step := fmt.Sprintf("%s%d:", path, c.id+1)
+		if err := c.checkpoint(); err != nil {
+			return step + "no slot", true
+		}
+		if ok {
+			c.completed()
+			step += "completed "
+		} else {
+			c.fails++
+			step += "failed "
+		}
+		if seq, out := runsOut(c, f, depth-1, step); out {
+			return seq, true
+		}
+	}
+	return "", false
+}
+
+// PoolSizeFor(f) slots survive every sequence of failed and completed
+// checkpoints with at most f failures in a row, from a fresh start and from
+// a restore whose manifest names up to f+1 transactions; one slot fewer
+// runs out. The sequence the review found (f=3, pool f+3: three failures, a
+// completion, a failure) is one of those searched.
+func TestPoolSizeForSurvivesToleratedFailures(t *testing.T) {
 	for f := range 4 {
-		k := f + MinPoolSize
+		k := PoolSizeFor(f)
 		if err := CheckPoolSize(k, f); err != nil {
 			t.Fatalf("CheckPoolSize(%d, %d): %v", k, f, err)
 		}
 		if err := CheckPoolSize(k-1, f); err == nil {
-			t.Fatalf("CheckPoolSize(%d, %d) accepted a pool that runs out", k-1, f)
+			t.Fatalf("CheckPoolSize(%d, %d) accepted a pool that can run out", k-1, f)
 		}
-		p := newPool(k)
-		// Checkpoint 1 completes; 2..f+1 fail; f+2 is pre-committed; the
-		// writer then needs a slot for the next transaction.
-		id := checkpoint.ID(1)
-		i, _ := p.acquire()
-		p.preCommit(i, id, committable("c1"))
-		p.pending(id)
-		for _, s := range p.toCommit(id) {
-			p.committed(s)
-		}
-		p.complete(id)
-		for range f + 1 {
-			id++
-			i, err := p.acquire()
-			if err != nil {
-				t.Fatalf("f=%d: checkpoint %d: %v", f, id, err)
+		depth := 2*f + 6
+		for restored := 0; restored <= f+1; restored++ {
+			start := func(k int) *sinkModel {
+				m := &sinkModel{p: newPool(k), cur: -1, id: 100}
+				for i := range restored {
+					m.p.restored(i, committable(fmt.Sprint("r", i)))
+				}
+				m.openNext()
+				if m.cur < 0 {
+					t.Fatalf("pool %d with %d restored: no slot to start with", k, restored)
+				}
+				return m
 			}
-			p.preCommit(i, id, committable("c"))
-			p.pending(id)
-		}
-		if _, err := p.acquire(); err != nil {
-			t.Fatalf("f=%d, pool %d: no slot for the transaction after checkpoint %d: %v", f, k, id, err)
-		}
-		if _, err := p.acquire(); !errors.Is(err, ErrNoFreeSlot) {
-			t.Fatalf("f=%d, pool %d: a further slot was free: %v", f, k, err)
+			if seq, out := runsOut(start(k), f, depth, ""); out {
+				t.Errorf("f=%d, %d restored, pool %d: runs out after %s", f, restored, k, seq)
+			}
+			if restored == 0 || restored == f+1 {
+				seq, out := runsOut(start(k-1), f, depth, "")
+				if !out {
+					t.Errorf("f=%d, %d restored: pool %d never runs out; PoolSizeFor is not tight", f, restored, k-1)
+				} else {
+					t.Logf("f=%d, %d restored, pool %d runs out after %s", f, restored, k-1, seq)
+				}
+			}
 		}
 	}
+	// The review's sequence against the old bound f+3, f=3: three
+	// failures, a completion, a failure, and the writes after the next
+	// barrier find no slot.
+	m := &sinkModel{p: newPool(3 + MinPoolSize), cur: -1}
+	m.openNext()
+	var err error
+	for i, ok := range []bool{false, false, false, true, false, false} {
+		if err = m.checkpoint(); err != nil {
+			if i != 5 {
+				t.Fatalf("f+3 ran out at checkpoint %d, want 6", i+1)
+			}
+			break
+		}
+		if ok {
+			m.completed()
+		} else {
+			m.fails++
+		}
+	}
+	if !errors.Is(err, ErrNoFreeSlot) {
+		t.Fatalf("f+3 slots survived 3 failures, a completion and a failure: %v", err)
+	}
+	t.Logf("f+3 with f=3: %v", err)
 }
 
 func TestPoolRestoredSlotsWaitForACompletedCheckpoint(t *testing.T) {

@@ -129,8 +129,8 @@ type Config struct {
 	// snappy, lz4 or zstd.
 	Compression string
 	// PoolSize is the number of transactional ids per task (exactly-once
-	// only), at least TolerableFailures + 3 (sink.CheckPoolSize). Default
-	// 0: exactly TolerableFailures + 3 (6 with the default 3).
+	// only), at least 2 × TolerableFailures + 3 (sink.PoolSizeFor).
+	// Default 0: exactly that (9 with the default 3).
 	PoolSize int
 	// TxnTimeout is the sink's transaction timeout (exactly-once only).
 	// Default 60s; it must exceed Interval × (TolerableFailures + 1) +
@@ -411,7 +411,7 @@ func (c *Config) stateDir() string {
 
 func (c *Config) poolSize() int {
 	if c.PoolSize == 0 {
-		return c.TolerableFailures + sink.MinPoolSize
+		return sink.PoolSizeFor(c.TolerableFailures)
 	}
 	return c.PoolSize
 }
@@ -465,7 +465,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateDir, "state-dir", c.StateDir, "local state directory, a cache of the checkpoints (default: $TMPDIR/weir-state/<name>)")
 	fs.StringVar(&c.Delivery, "delivery", c.Delivery, "sink guarantee: exactly-once, at-least-once or none")
 	fs.StringVar(&c.Compression, "compression", c.Compression, "compression of the batches written to the output and repartition topics: none, gzip, snappy, lz4 or zstd")
-	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "transactional ids per task (exactly-once; at least tolerable failures + 3; default: that)")
+	fs.IntVar(&c.PoolSize, "pool-size", c.PoolSize, "transactional ids per task (exactly-once; at least 2 × tolerable failures + 3; default: that)")
 	fs.DurationVar(&c.TxnTimeout, "txn-timeout", c.TxnTimeout, "sink transaction timeout (exactly-once; > interval × (tolerable failures + 1) + restart allowance)")
 	fs.DurationVar(&c.RestartAllowance, "restart-allowance", c.RestartAllowance, "time a failed task may take to restart and resume its transactions")
 	fs.StringVar(&c.Start, "start", c.Start, "where a task without checkpoint starts: earliest, latest or an RFC 3339 time")

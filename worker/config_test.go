@@ -24,8 +24,8 @@ func TestDefaultConfigIsValid(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatalf("defaults with input and output: %v", err)
 	}
-	if got := c.poolSize(); got != c.TolerableFailures+3 {
-		t.Errorf("default pool size %d, want tolerable failures + 3 = %d", got, c.TolerableFailures+3)
+	if got, want := c.poolSize(), 2*c.TolerableFailures+3; got != want {
+		t.Errorf("default pool size %d, want 2 × tolerable failures + 3 = %d", got, want)
 	}
 	if w := c.Warnings(); len(w) != 0 {
 		t.Errorf("the defaults warn: %q", w)
