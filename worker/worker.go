@@ -205,6 +205,11 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 			return cli.UsageError{Err: fmt.Errorf("--checkpoints: %w", err)}
 		}
 	}
+	reach, closeReach, err := newReachability(c.Brokers, w.kafka, w.storage, 250*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer closeReach()
 	reg := prometheus.NewRegistry()
 	badRecs, closeBad, err := newBadRecords(c, internal, w.kafka)
 	if err != nil {
@@ -306,8 +311,12 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		// The restart backoff must fit in the time CheckTimeout allowed
 		// for a restart, with room for the restore itself.
 		MaxRestartBackoff: max(c.RestartAllowance/2, 100*time.Millisecond),
-		Logger:            log,
-		Observer:          &observer{w: w, log: log, metrics: w.metrics, lag: lag, extra: w.opts.Observer},
+		// A task that failed while the broker or the store was away
+		// restarts as soon as they answer again.
+		Reachable:     reach.check,
+		ProbeInterval: reach.every,
+		Logger:        log,
+		Observer:      &observer{w: w, log: log, metrics: w.metrics, lag: lag, extra: w.opts.Observer},
 	}
 	if c.delivery() != sink.ExactlyOnce {
 		rc.Mode = engine.AtLeastOnce

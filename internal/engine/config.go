@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -61,6 +62,18 @@ type Config struct {
 	// MaxRestartBackoff (default 30s).
 	RestartBackoff    time.Duration
 	MaxRestartBackoff time.Duration
+	// Reachable, if set, says whether what the tasks need outside the
+	// process (the broker, the checkpoint store) answers. A task waiting
+	// out its restart backoff asks it every ProbeInterval (default
+	// 250ms): once it has failed since the task last completed a
+	// checkpoint and then answers, the fault is over, so the task
+	// restarts at once and its backoff and restart count start over. A
+	// broker back after a restart then costs the tasks a probe interval,
+	// not the rest of a backoff grown while it was down. It is called by
+	// every waiting task: it should be cheap and may answer from a
+	// recent probe.
+	Reachable     func(ctx context.Context) error
+	ProbeInterval time.Duration
 	// MaxRestarts bounds consecutive restarts of a task; past it Run fails.
 	// 0 means the default (10); negative means no bound.
 	MaxRestarts int
@@ -156,6 +169,9 @@ func (c *Config) Validate(job string) error {
 	if c.RestartBackoff < 0 || c.MaxRestartBackoff < 0 {
 		errs = append(errs, errors.New("restart backoff: must not be negative"))
 	}
+	if c.ProbeInterval < 0 {
+		errs = append(errs, errors.New("probe interval: must not be negative"))
+	}
 	if c.BatchSize < 0 {
 		errs = append(errs, fmt.Errorf("batch size: %d is negative", c.BatchSize))
 	}
@@ -193,6 +209,9 @@ func (c *Config) Validate(job string) error {
 	}
 	if c.Retained == 0 {
 		c.Retained = checkpoint.DefaultRetained
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = 250 * time.Millisecond
 	}
 	if c.MaxRestarts == 0 {
 		c.MaxRestarts = 10

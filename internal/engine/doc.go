@@ -82,7 +82,10 @@
 //
 // A failed task restarts from its latest checkpoint after a backoff that
 // doubles from Config.RestartBackoff to Config.MaxRestartBackoff, at most
-// Config.MaxRestarts times in a row; what a restart cannot mend ends it at
+// Config.MaxRestarts times in a row. With Config.Reachable the wait ends
+// early when the fault ends: a probe failed during it, or an earlier one
+// since the task's last completed checkpoint, and one answers now; the
+// backoff and the count then start over. What a restart cannot mend ends it at
 // once: [ErrSuperseded], [ErrIncompatibleCheckpoint], [ErrNoValidCheckpoint],
 // [ErrMisKeyed] and checkpoint.ErrLayoutChanged.
 package engine

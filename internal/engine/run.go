@@ -18,7 +18,8 @@ import (
 //
 // A failed task restarts from its latest checkpoint after an exponential
 // backoff; a task that completed a checkpoint since its last failure starts
-// the backoff over.
+// the backoff over, and so does one whose cfg.Reachable probe failed and
+// then answered while it waited, which restarts at once.
 func Run(ctx context.Context, plan *Plan, cfg Config) error {
 	if len(cfg.Tasks) == 0 {
 		err := errors.New("tasks: at least one task is required")
@@ -274,6 +275,9 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) erro
 	backoff := cfg.RestartBackoff
 	failures := 0
 	unusable := map[checkpoint.ID]error{}
+	// down: cfg.Reachable failed since the task last completed a
+	// checkpoint; its answering again ends the fault.
+	down := false
 	for {
 		t := newTask(plan, cfg, id, h.epoch, h.drain, unusable)
 		err := t.run(ctx)
@@ -296,7 +300,7 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) erro
 		progressed := t.completed
 		t.mu.Unlock()
 		if progressed {
-			failures, backoff = 0, cfg.RestartBackoff
+			failures, backoff, down = 0, cfg.RestartBackoff, false
 		}
 		failures++
 		// Restarting cannot mend these: another owner has the task, its
@@ -315,19 +319,77 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) erro
 			return fmt.Errorf("task %d failed %d times in a row, giving up: %w", id, failures, err)
 		}
 		t.log.Warn("task failed, restarting", "err", err, "attempt", failures, "backoff", backoff)
-		timer := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return ctx.Err()
-		case <-h.drain:
+		cleared, werr := waitToRestart(ctx, cfg, h.drain, backoff, &down)
+		switch {
+		case werr == errDrained:
 			// Draining while the task is down after a failure: there is no
 			// final checkpoint to take, and the failure must not pass for
 			// a clean stop.
-			timer.Stop()
 			return fmt.Errorf("task %d: %w", id, &drainedAfterFailureError{err})
-		case <-timer.C:
+		case werr != nil:
+			return werr
+		case cleared:
+			t.log.Info("what the task needs answers again, restarting now", "waited_of", backoff, "attempt", failures)
+			failures, backoff = 0, cfg.RestartBackoff
+		default:
+			backoff = min(2*backoff, cfg.MaxRestartBackoff)
 		}
-		backoff = min(2*backoff, cfg.MaxRestartBackoff)
+	}
+}
+
+var errDrained = errors.New("drained")
+
+// waitToRestart waits out a failed task's backoff. With cfg.Reachable it
+// probes meanwhile: a failed probe sets *down, and a probe that answers
+// while *down ends the wait early with cleared true (and clears *down).
+// It returns errDrained when drain closes first, ctx's error when ctx ends.
+func waitToRestart(ctx context.Context, cfg *Config, drain <-chan struct{}, backoff time.Duration, down *bool) (cleared bool, err error) {
+	timer := time.NewTimer(backoff)
+	defer timer.Stop()
+	var tick <-chan time.Time
+	if cfg.Reachable != nil {
+		// The first probe at once: a fault seen now makes its end, later
+		// in this wait or a later one, restart the task.
+		t := time.NewTicker(cfg.ProbeInterval)
+		defer t.Stop()
+		first := make(chan time.Time, 1)
+		first <- time.Now()
+		tick = first
+		probe := func() bool {
+			pctx, cancel := context.WithTimeout(ctx, max(4*cfg.ProbeInterval, time.Second))
+			defer cancel()
+			if cfg.Reachable(pctx) != nil {
+				*down = true
+				return false
+			}
+			if *down {
+				*down = false
+				return true
+			}
+			return false
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return false, ctx.Err()
+			case <-drain:
+				return false, errDrained
+			case <-timer.C:
+				return false, nil
+			case <-tick:
+				if probe() {
+					return true, nil
+				}
+				tick = t.C
+			}
+		}
+	}
+	select {
+	case <-ctx.Done():
+		return false, ctx.Err()
+	case <-drain:
+		return false, errDrained
+	case <-timer.C:
+		return false, nil
 	}
 }

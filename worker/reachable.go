@@ -1,0 +1,63 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/checkpoint"
+)
+
+// reachability answers the engine's question of a task waiting to restart
+// (engine.Config.Reachable): do the broker and the checkpoint store answer?
+// One probe serves every waiting task of the worker for an interval, so a
+// broker restart under 64 tasks costs a few requests a second, not 64 times
+// that.
+type reachability struct {
+	every time.Duration
+	probe func(ctx context.Context) error
+
+	mu  sync.Mutex
+	at  time.Time
+	err error
+}
+
+func (r *reachability) check(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.at.IsZero() && time.Since(r.at) < r.every {
+		return r.err
+	}
+	r.err = r.probe(ctx)
+	r.at = time.Now()
+	return r.err
+}
+
+// probePrefix is listed in the checkpoint store to see that it answers: no
+// object is ever written under it, so the answer is an empty list.
+const probePrefix = "reachable-probe/"
+
+// newReachability probes the brokers with a client of its own (an
+// ApiVersions request, kgo.Client.Ping) and the store with a List of an
+// empty prefix. The caller closes the returned client.
+func newReachability(brokers []string, opts []kgo.Opt, store checkpoint.Storage, every time.Duration) (*reachability, func(), error) {
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID("weir-probe")}, opts...)...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka client for the reachability probe: %w", err)
+	}
+	r := &reachability{every: every, probe: func(ctx context.Context) error {
+		var errs []error
+		if err := cl.Ping(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("kafka: %w", err))
+		}
+		if _, err := store.List(ctx, probePrefix); err != nil {
+			errs = append(errs, fmt.Errorf("checkpoint storage: %w", err))
+		}
+		return errors.Join(errs...)
+	}}
+	return r, cl.Close, nil
+}
