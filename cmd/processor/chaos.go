@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -75,6 +76,11 @@ type chaosConfig struct {
 	SessionTimeout time.Duration
 	Interval       time.Duration
 	CatchUp        time.Duration
+	// MaxRecovery, if set, is the bound on each recovery: a slower one
+	// makes the run not clean, and the next fault waits until the job
+	// recovered from the last (or the bound passed), so that each
+	// recovery is from one fault.
+	MaxRecovery time.Duration
 }
 
 func (c *chaosConfig) Validate() error {
@@ -105,6 +111,9 @@ func (c *chaosConfig) Validate() error {
 	}
 	if c.CatchUp <= 0 {
 		bad("catch-up", "%v, want more than 0", c.CatchUp)
+	}
+	if c.MaxRecovery < 0 {
+		bad("max-recovery", "%v, want 0 (no bound) or more", c.MaxRecovery)
 	}
 	for _, f := range c.Faults {
 		if !slices.Contains(chaosFaults, f) {
@@ -147,6 +156,7 @@ func parseChaos(args []string, lookup func(string) (string, bool), stderr io.Wri
 	fs.DurationVar(&c.SessionTimeout, "session-timeout", c.SessionTimeout, "the workers' group session timeout (sigstop pauses a worker past it)")
 	fs.DurationVar(&c.Interval, "interval", c.Interval, "the workers' checkpoint interval")
 	fs.DurationVar(&c.CatchUp, "catch-up", c.CatchUp, "after the faults, how long the job may take to write the output of all input")
+	fs.DurationVar(&c.MaxRecovery, "max-recovery", c.MaxRecovery, "if set, the bound on each recovery (a slower one is a failure); each fault then waits for the recovery from the last")
 	if err := cli.Parse(fs, args, lookup); err != nil {
 		return c, err
 	}
@@ -190,11 +200,51 @@ func (r chaosReport) clean() bool {
 		return false
 	}
 	for _, rc := range r.recovered {
-		if !rc.done {
+		if !rc.done || r.overBound(rc) {
 			return false
 		}
 	}
 	return true
+}
+
+func (r chaosReport) overBound(rc recovery) bool {
+	return r.cfg.MaxRecovery > 0 && rc.took > r.cfg.MaxRecovery
+}
+
+// recoveryStats are the recoveries from one kind of fault.
+type recoveryStats struct {
+	n             int
+	p50, p99, max time.Duration
+	over          int // over --max-recovery
+}
+
+// byFault sums up the recoveries per fault kind (nearest-rank
+// percentiles); a recovery that never ended is not in them (clean says so).
+func (r chaosReport) byFault() map[string]recoveryStats {
+	took := map[string][]time.Duration{}
+	out := map[string]recoveryStats{}
+	for _, rc := range r.recovered {
+		if !rc.done {
+			continue
+		}
+		took[rc.fault] = append(took[rc.fault], rc.took)
+		if r.overBound(rc) {
+			s := out[rc.fault]
+			s.over++
+			out[rc.fault] = s
+		}
+	}
+	for f, ds := range took {
+		slices.Sort(ds)
+		rank := func(q float64) time.Duration {
+			i := int(math.Ceil(q*float64(len(ds)))) - 1
+			return ds[max(i, 0)]
+		}
+		s := out[f]
+		s.n, s.p50, s.p99, s.max = len(ds), rank(0.50), rank(0.99), ds[len(ds)-1]
+		out[f] = s
+	}
+	return out
 }
 
 func (r chaosReport) longest() recovery {
@@ -234,6 +284,26 @@ func (r chaosReport) write(w io.Writer) {
 		row("longest recovery", fmt.Sprintf("%v (after %s)", l.took.Round(10*time.Millisecond), l.fault))
 	}
 	row("longest output stall", r.stall.Round(10*time.Millisecond))
+	if len(r.recovered) > 0 {
+		bound := "no bound"
+		if r.cfg.MaxRecovery > 0 {
+			bound = fmt.Sprintf("bound %v", r.cfg.MaxRecovery)
+		}
+		fmt.Fprintf(w, "  recovery by fault (%s):\n", bound)
+		stats := r.byFault()
+		for _, f := range chaosFaults {
+			s, ok := stats[f]
+			if !ok {
+				continue
+			}
+			line := fmt.Sprintf("    %-16s n %-3d p50 %-8v p99 %-8v max %v", f, s.n,
+				s.p50.Round(10*time.Millisecond), s.p99.Round(10*time.Millisecond), s.max.Round(10*time.Millisecond))
+			if s.over > 0 {
+				line += fmt.Sprintf("  (%d over the bound)", s.over)
+			}
+			fmt.Fprintln(w, line)
+		}
+	}
 	row("checkpoints failed", r.declined)
 	row("task restarts", r.restarts)
 	row("worker exits", fmt.Sprintf("%d not asked for (each started again)", len(r.exits)))
@@ -398,6 +468,7 @@ func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosRepor
 	start := time.Now()
 	faultRng := rand.New(rand.NewPCG(c.Seed, 2))
 	for time.Since(start) < c.Duration && ctx.Err() == nil {
+		ch.awaitRecovery(ctx)
 		select {
 		case err := <-readDone:
 			return nil, fmt.Errorf("reading the output: %w", err)
@@ -592,6 +663,28 @@ func (ch *chaos) read(ctx context.Context) error {
 		ch.mu.Lock()
 		ch.settle(now)
 		ch.mu.Unlock()
+	}
+}
+
+// awaitRecovery waits, under --max-recovery, until the job recovered from
+// every fault so far or the bound passed since the last one ended.
+func (ch *chaos) awaitRecovery(ctx context.Context) {
+	if ch.c.MaxRecovery <= 0 {
+		return
+	}
+	for ctx.Err() == nil {
+		ch.mu.Lock()
+		waiting := false
+		for _, p := range ch.pending {
+			if !p.done && time.Since(p.ended) < ch.c.MaxRecovery {
+				waiting = true
+			}
+		}
+		ch.mu.Unlock()
+		if !waiting {
+			return
+		}
+		sleep(ctx, 100*time.Millisecond)
 	}
 }
 

@@ -72,10 +72,13 @@ func TestChaosVerdict(t *testing.T) {
 		"wrong sum":     func(r *chaosReport) { r.verdict.WrongTotals = 1 },
 		"input lost":    func(r *chaosReport) { r.verdict.In = 9 },
 		"not recovered": func(r *chaosReport) { r.recovered = append(r.recovered, recovery{fault: "sigstop"}) },
-		"open txn":      func(r *chaosReport) { r.verdict.Notes = []string{"partition 3: a transaction is open"} },
-		"worker exit":   func(r *chaosReport) { r.exits = []string{"worker 1: exit status 1"} },
-		"crash":         func(r *chaosReport) { r.crashes = []string{"worker 0: WARNING: DATA RACE"} },
-		"failed drain":  func(r *chaosReport) { r.drains = []string{"worker 2: drain ended with exit status 1"} },
+		"over the bound": func(r *chaosReport) {
+			r.cfg.MaxRecovery = 2 * time.Second // s3-errors took 3 s
+		},
+		"open txn":     func(r *chaosReport) { r.verdict.Notes = []string{"partition 3: a transaction is open"} },
+		"worker exit":  func(r *chaosReport) { r.exits = []string{"worker 1: exit status 1"} },
+		"crash":        func(r *chaosReport) { r.crashes = []string{"worker 0: WARNING: DATA RACE"} },
+		"failed drain": func(r *chaosReport) { r.drains = []string{"worker 2: drain ended with exit status 1"} },
 	} {
 		r := clean
 		r.recovered = append([]recovery(nil), clean.recovered...)
@@ -85,6 +88,32 @@ func TestChaosVerdict(t *testing.T) {
 		if r.clean() || !strings.Contains(out.String(), "NOT CLEAN") {
 			t.Errorf("%s: clean %v\n%s", name, r.clean(), out.String())
 		}
+	}
+}
+
+// TestChaosRecoveryByFault: per fault kind, nearest-rank percentiles and
+// the recoveries over the bound.
+func TestChaosRecoveryByFault(t *testing.T) {
+	r := chaosReport{cfg: chaosConfig{Faults: chaosFaults, MaxRecovery: 10 * time.Second}}
+	for i := 1; i <= 100; i++ {
+		r.recovered = append(r.recovered, recovery{fault: "sigkill", took: time.Duration(i) * 100 * time.Millisecond, done: true})
+	}
+	r.recovered = append(r.recovered, recovery{fault: "broker-restart", took: 12 * time.Second, done: true},
+		recovery{fault: "broker-restart", took: 2 * time.Second, done: true}, recovery{fault: "sigstop"})
+	got := r.byFault()
+	if s := got["sigkill"]; s.n != 100 || s.p50 != 5*time.Second || s.p99 != 9900*time.Millisecond || s.max != 10*time.Second || s.over != 0 {
+		t.Errorf("sigkill: %+v", s)
+	}
+	if s := got["broker-restart"]; s.n != 2 || s.p50 != 2*time.Second || s.max != 12*time.Second || s.over != 1 {
+		t.Errorf("broker-restart: %+v", s)
+	}
+	if _, ok := got["sigstop"]; ok {
+		t.Errorf("a recovery that never ended has figures: %+v", got["sigstop"])
+	}
+	var out bytes.Buffer
+	r.write(&out)
+	if !strings.Contains(out.String(), "(1 over the bound)") || r.clean() {
+		t.Errorf("a recovery over the bound is not reported:\n%s", out.String())
 	}
 }
 
