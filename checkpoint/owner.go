@@ -105,6 +105,9 @@ const epochsKept = time.Hour
 
 func epochsDir(job string) string { return job + "/epochs/" }
 
+// epochClock is NextEpoch's clock; a test runs it minutes off.
+var epochClock = time.Now
+
 // NextEpoch allocates a fencing epoch for job: larger than every epoch
 // NextEpoch returned before for the job (or RecordEpoch recorded), in any
 // process, and at least the current time in Unix nanoseconds, so that
@@ -126,7 +129,7 @@ func NextEpoch(ctx context.Context, st Storage, job string) (int64, error) {
 			}
 		}
 		slices.Sort(have)
-		now := time.Now()
+		now := epochClock()
 		next := now.UnixNano()
 		if len(have) > 0 {
 			last := have[len(have)-1]

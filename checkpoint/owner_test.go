@@ -82,6 +82,68 @@ func TestNextEpochIsMonotonicAndUnique(t *testing.T) {
 	}
 }
 
+// Workers whose clocks are minutes off each other still get epochs that
+// grow in the order they were allocated, and never the same one twice: an
+// epoch is the larger of the clock and the newest in storage plus one, so a
+// clock behind only makes it the latter. A clock ahead raises every later
+// epoch with it, which fencing does not mind (only the order counts), and
+// the newest is never deleted, whatever the deleting worker's clock says.
+func TestNextEpochUnderClockSkew(t *testing.T) {
+	defer func() { epochClock = time.Now }()
+	ctx := context.Background()
+	st := NewMemory(MemoryOptions{})
+	var mu sync.Mutex
+	skews := []time.Duration{0, 10 * time.Minute, -10 * time.Minute, -time.Minute, 3 * time.Minute, -30 * time.Minute}
+	var last int64
+	for round := range 20 {
+		skew := skews[round%len(skews)]
+		mu.Lock()
+		epochClock = func() time.Time { return time.Now().Add(skew) }
+		mu.Unlock()
+		e, err := NextEpoch(ctx, st, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e <= last {
+			t.Fatalf("round %d, clock %v off: allocated %d after %d", round, skew, e, last)
+		}
+		last = e
+	}
+	// Concurrent allocators with clocks minutes apart: all different.
+	var wg sync.WaitGroup
+	var all []int64
+	var i int
+	epochClock = func() time.Time {
+		mu.Lock()
+		defer mu.Unlock()
+		i++
+		return time.Now().Add(skews[i%len(skews)])
+	}
+	for range 6 {
+		wg.Go(func() {
+			for range 10 {
+				e, err := NextEpoch(ctx, st, "job")
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				all = append(all, e)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(all)
+	if len(slices.Compact(slices.Clone(all))) != len(all) || all[0] <= last {
+		t.Fatalf("concurrent allocations under skew: %v (after %d)", all, last)
+	}
+	names, err := st.List(ctx, epochsDir("job"))
+	if err != nil || len(names) == 0 || !strings.HasSuffix(names[len(names)-1], fmt.Sprintf("%020d", all[len(all)-1])) {
+		t.Fatalf("the newest epoch %d is not in storage: %v (%v)", all[len(all)-1], names, err)
+	}
+}
+
 func mustFile(t *testing.T) *File {
 	f, err := NewFile(t.TempDir())
 	if err != nil {

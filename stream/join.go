@@ -35,13 +35,35 @@ func (seqKeyCodec) Decode(b []byte) (seqKey, error) {
 	return seqKey{TS: int64(binary.BigEndian.Uint64(b) ^ 1<<63), Seq: int64(binary.BigEndian.Uint64(b[8:]))}, nil
 }
 
-// sequence numbers buffered records; it starts from the clock, so that
-// numbers stay unique across restores of a task.
+// sequence numbers buffered records in arrival order. It starts from the
+// clock, so that a restored task's numbers mostly follow those of the
+// attempts before it; but a clock that runs behind an earlier owner's (a
+// worker minutes off, or stepped back) can start inside the numbers they
+// used, so putNew checks each number against the buffer.
 type sequence struct{ next int64 }
 
-func newSequence() *sequence { return &sequence{next: time.Now().UnixNano()} }
+// seqClock seeds sequences; a test sets it to an earlier owner's clock.
+var seqClock = time.Now
+
+func newSequence() *sequence { return &sequence{next: seqClock().UnixNano()} }
 
 func (s *sequence) take() int64 { s.next++; return s.next }
+
+// putNew buffers v at ts under a sequence number no buffered record of the
+// key has: one an earlier attempt of the task used is skipped, where a Put
+// would overwrite, and so silently drop, the record buffered under it.
+func putNew[V any](m *state.Map[seqKey, V], seq *sequence, ts int64, v V) error {
+	for {
+		k := seqKey{ts, seq.take()}
+		_, taken, err := m.Get(k)
+		if err != nil {
+			return err
+		}
+		if !taken {
+			return m.Put(k, v)
+		}
+	}
+}
 
 // buffers declares a join's keyed buffers of both sides, in event time order.
 func buffers[A, B any](s *Setup, ca state.Codec[A], cb state.Codec[B]) (*state.Map[seqKey, A], *state.Map[seqKey, B], error) {
@@ -99,7 +121,7 @@ func IntervalJoin[K, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], na
 				if err != nil {
 					return err
 				}
-				if err := left.Put(seqKey{ta, seq.take()}, x); err != nil {
+				if err := putNew(left, seq, ta, x); err != nil {
 					return err
 				}
 				// No b after the watermark passes ta+upper can match.
@@ -119,7 +141,7 @@ func IntervalJoin[K, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], na
 				if err != nil {
 					return err
 				}
-				if err := right.Put(seqKey{tb, seq.take()}, y); err != nil {
+				if err := putNew(right, seq, tb, y); err != nil {
 					return err
 				}
 				// No a after the watermark passes tb-lower can match.
@@ -176,13 +198,13 @@ func WindowJoin[K, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], name
 		}
 		seq := newSequence()
 		size := w.Size().Milliseconds()
-		add := func(ctx *Context[K, Out], put func(k seqKey) error) error {
+		add := func(ctx *Context[K, Out], put func(start int64) error) error {
 			for _, win := range w.Windows(ctx.Timestamp()) {
 				end := win.End.UnixMilli()
 				if late(ctx, end-1) {
 					continue // the window has fired
 				}
-				if err := put(seqKey{win.Start.UnixMilli(), seq.take()}); err != nil {
+				if err := put(win.Start.UnixMilli()); err != nil {
 					return err
 				}
 				if err := ctx.RegisterEventTimer(time.UnixMilli(end - 1)); err != nil {
@@ -193,10 +215,10 @@ func WindowJoin[K, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], name
 		}
 		return CoProcessor[K, A, B, Out]{
 			Process1: func(ctx *Context[K, Out], x A) error {
-				return add(ctx, func(k seqKey) error { return left.Put(k, x) })
+				return add(ctx, func(start int64) error { return putNew(left, seq, start, x) })
 			},
 			Process2: func(ctx *Context[K, Out], y B) error {
-				return add(ctx, func(k seqKey) error { return right.Put(k, y) })
+				return add(ctx, func(start int64) error { return putNew(right, seq, start, y) })
 			},
 			OnEventTimer: func(ctx *Context[K, Out], ts time.Time) error {
 				start := ts.UnixMilli() + 1 - size
