@@ -18,11 +18,11 @@ func ackAtRate(t *testing.T, g *inflightGate, c *fakeClock, rate int, d time.Dur
 	t.Helper()
 	per := rate / 100
 	for range int(d / (10 * time.Millisecond)) {
-		for g.inflight.Load() < g.bound() {
+		for g.inflight() < g.bound() {
 			g.sent()
 		}
 		c.t = c.t.Add(10 * time.Millisecond)
-		for range min(per, int(g.inflight.Load())) {
+		for range min(per, int(g.inflight())) {
 			g.done()
 		}
 		g.measure()
@@ -35,8 +35,8 @@ func ackAtRate(t *testing.T, g *inflightGate, c *fakeClock, rate int, d time.Dur
 func TestInflightGateFollowsTheRate(t *testing.T) {
 	c := &fakeClock{t: time.Unix(0, 0)}
 	g := newInflightGate(100*time.Millisecond, 1<<20, c.now)
-	if got := g.bound(); got != gateMin {
-		t.Fatalf("first bound %d, want %d", got, gateMin)
+	if got := g.bound(); got != gateStart {
+		t.Fatalf("first bound %d, want %d", got, gateStart)
 	}
 	for _, step := range []struct {
 		rate     int
@@ -52,7 +52,7 @@ func TestInflightGateFollowsTheRate(t *testing.T) {
 		}
 	}
 	// An idle sink (nothing in flight) keeps its bound.
-	for g.inflight.Load() > 0 {
+	for g.inflight() > 0 {
 		g.done()
 	}
 	c.t = c.t.Add(10 * time.Millisecond)
@@ -77,8 +77,10 @@ func TestInflightGateFollowsTheRate(t *testing.T) {
 // frees a place, or the context ends, or the sink failed; without a
 // target it never waits.
 func TestInflightGateWaits(t *testing.T) {
-	g := newInflightGate(100*time.Millisecond, 1<<20, time.Now)
-	for range gateMin {
+	// A clock that stands still: no measurement moves the bound.
+	c := &fakeClock{t: time.Unix(0, 0)}
+	g := newInflightGate(100*time.Millisecond, 1<<20, c.now)
+	for range g.bound() {
 		g.sent()
 	}
 	ok := func() error { return nil }
@@ -99,7 +101,9 @@ func TestInflightGateWaits(t *testing.T) {
 		t.Fatal("an acknowledgement did not release the writer")
 	}
 
-	g.sent() // full again
+	for range g.checkEvery() { // full again, and time to look
+		g.sent()
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := g.wait(ctx, ok); !errors.Is(err, context.Canceled) {
@@ -111,7 +115,7 @@ func TestInflightGateWaits(t *testing.T) {
 	}
 
 	off := newInflightGate(0, 1<<20, time.Now)
-	for range 10 * gateMin {
+	for range 10 * gateStart {
 		off.sent()
 	}
 	if err := off.wait(context.Background(), ok); err != nil {

@@ -500,7 +500,7 @@ func TestExactlyOnceSurvivesToleratedFailures(t *testing.T) {
 		step(w2, true)
 		t.Logf("round %d: %s", round, w2.pool.describe())
 	}
-	step(w2, true) // commits the last open transaction's records
+	step(w2, true)                     // commits the last open transaction's records
 	if err := w2.Close(); err != nil { // aborts the open one, which holds readers back
 		t.Fatal(err)
 	}
