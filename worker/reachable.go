@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -42,9 +43,12 @@ func (r *reachability) check(ctx context.Context) error {
 const probePrefix = "reachable-probe/"
 
 // newReachability probes the brokers with a client of its own (an
-// ApiVersions request, kgo.Client.Ping) and the store with a List of an
-// empty prefix. The caller closes the returned client.
-func newReachability(brokers []string, opts []kgo.Opt, store checkpoint.Storage, every time.Duration) (*reachability, func(), error) {
+// ApiVersions request, kgo.Client.Ping), the store with a List of an
+// empty prefix, and the state directory by writing, syncing and removing
+// a one-byte file through the stores' filesystem (a full or failing disk
+// fails the tasks as surely as a lost broker). The caller closes the
+// returned client.
+func newReachability(brokers []string, opts []kgo.Opt, store checkpoint.Storage, fsys vfs.FS, stateDir string, every time.Duration) (*reachability, func(), error) {
 	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ClientID("weir-probe")}, opts...)...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafka client for the reachability probe: %w", err)
@@ -57,7 +61,26 @@ func newReachability(brokers []string, opts []kgo.Opt, store checkpoint.Storage,
 		if _, err := store.List(ctx, probePrefix); err != nil {
 			errs = append(errs, fmt.Errorf("checkpoint storage: %w", err))
 		}
+		if err := probeDisk(fsys, stateDir); err != nil {
+			errs = append(errs, fmt.Errorf("state directory: %w", err))
+		}
 		return errors.Join(errs...)
 	}}
 	return r, cl.Close, nil
+}
+
+// probeDisk writes, syncs and removes a one-byte file in dir.
+func probeDisk(fsys vfs.FS, dir string) error {
+	if fsys == nil {
+		fsys = vfs.Default
+	}
+	name := fsys.PathJoin(dir, ".weir-probe")
+	f, err := fsys.Create(name, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write([]byte{1})
+	serr := f.Sync()
+	cerr := f.Close()
+	return errors.Join(werr, serr, cerr, fsys.Remove(name))
 }

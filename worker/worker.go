@@ -205,11 +205,6 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 			return cli.UsageError{Err: fmt.Errorf("--checkpoints: %w", err)}
 		}
 	}
-	reach, closeReach, err := newReachability(c.Brokers, w.kafka, w.storage, 250*time.Millisecond)
-	if err != nil {
-		return err
-	}
-	defer closeReach()
 	reg := prometheus.NewRegistry()
 	badRecs, closeBad, err := newBadRecords(c, internal, w.kafka)
 	if err != nil {
@@ -221,6 +216,11 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		return cli.UsageError{Err: fmt.Errorf("--state-dir: %w", err)}
 	}
 	defer unlock()
+	reach, closeReach, err := newReachability(c.Brokers, w.kafka, w.storage, w.opts.StateFS, stateDir, 250*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer closeReach()
 	log.Info("state directory", "dir", stateDir)
 
 	w.metrics = newMetrics(c.name(), w.stats)
