@@ -40,7 +40,7 @@ import (
 // job to recover from the last.
 
 // chaosFaults are the faults the runner knows, in the order it reports them.
-var chaosFaults = []string{"sigkill", "sigstop", "sigterm", "broker-restart", "s3-errors", "s3-latency", "disk-full", "disk-errors"}
+var chaosFaults = []string{"sigkill", "sigstop", "sigterm", "broker-restart", "s3-errors", "s3-latency", "s3-cut", "disk-full", "disk-errors"}
 
 // diskFaults are the faults of chaosFaults that the worker processes inject
 // into their own disks: only a test build can (statefaults.go), as
@@ -359,7 +359,6 @@ type chaos struct {
 	bin     string
 	brokers []string
 	kafka   string // WEIR_KAFKA_DIR of a broker the runner may restart; "" for none
-	s3uri   string
 	s3mode  atomic.Value // string: "", "errors", "latency"
 	workers []*chaosWorker
 	exitMu  sync.Mutex
@@ -427,22 +426,13 @@ func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosRepor
 	}
 
 	// S3: an in-memory S3 server on a 127.0.0.1 port, spoken to over real
-	// HTTP through the fault proxy.
+	// HTTP through a fault proxy per worker: the S3 faults act on all of
+	// them, a cut on one worker's alone.
 	s3, err := startDemoS3(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer s3.close()
-	rng := rand.New(rand.NewPCG(c.Seed, 1))
-	proxy, err := faultproxy.Start(s3.endpoint, faultproxy.Options{Seed: c.Seed, DelayFor: 400 * time.Millisecond,
-		Decide: func(_ *http.Request, _ int) faultproxy.Fault { return ch.s3fault(rng) }})
-	if err != nil {
-		return nil, err
-	}
-	defer proxy.Close()
-	proxy.Enable(true)
-	ch.s3uri = "s3://" + demoBucket + "/" + name + "?" + url.Values{
-		"endpoint": {proxy.URL}, "region": {"us-east-1"}, "path_style": {"true"}}.Encode()
 
 	if err := ch.createTopics(ctx); err != nil {
 		return nil, err
@@ -451,6 +441,21 @@ func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosRepor
 	defer stopAll()
 	for i := range c.Workers {
 		w := &chaosWorker{ch: ch, i: i, faults: filepath.Join(dir, fmt.Sprintf("faults-w%d", i))}
+		rng := rand.New(rand.NewPCG(c.Seed, uint64(1+i)))
+		proxy, err := faultproxy.Start(s3.endpoint, faultproxy.Options{Seed: c.Seed + uint64(i), DelayFor: 400 * time.Millisecond,
+			Decide: func(_ *http.Request, _ int) faultproxy.Fault {
+				if w.s3cut.Load() {
+					return faultproxy.Stall // a partition: no answer, until the client gives up
+				}
+				return ch.s3fault(rng)
+			}})
+		if err != nil {
+			return nil, err
+		}
+		defer proxy.Close()
+		proxy.Enable(true)
+		w.s3uri = "s3://" + demoBucket + "/" + name + "?" + url.Values{
+			"endpoint": {proxy.URL}, "region": {"us-east-1"}, "path_style": {"true"}}.Encode()
 		ch.workers = append(ch.workers, w)
 		if err := w.start(); err != nil {
 			return nil, err
@@ -746,6 +751,9 @@ func (ch *chaos) inject(ctx context.Context, f string, rng *rand.Rand) error {
 		ch.logf("inject %s", f)
 	case "s3-errors", "s3-latency":
 		ch.logf("inject %s (%v)", f, span.Round(time.Millisecond))
+	case "s3-cut":
+		span = ch.c.SessionTimeout + time.Duration(1000+rng.IntN(4000))*time.Millisecond
+		ch.logf("inject %s (worker %d, %v)", f, w.i, span.Round(time.Millisecond))
 	default:
 		ch.logf("inject %s (worker %d, %v)", f, w.i, span.Round(time.Millisecond))
 	}
@@ -801,6 +809,13 @@ func (ch *chaos) inject(ctx context.Context, f string, rng *rand.Rand) error {
 		ch.s3mode.Store(strings.TrimPrefix(f, "s3-"))
 		sleep(ctx, span)
 		ch.s3mode.Store("")
+	case "s3-cut":
+		// One worker cut off from S3 while its process and its link to
+		// Kafka live, past the session timeout: it keeps its tasks, which
+		// cannot checkpoint or restore until the link heals.
+		w.s3cut.Store(true)
+		sleep(ctx, span)
+		w.s3cut.Store(false)
 	case "disk-full", "disk-errors":
 		if err := w.setDiskFault(map[string]string{"disk-full": "enospc", "disk-errors": "eio"}[f]); err != nil {
 			return err
@@ -912,6 +927,9 @@ type chaosWorker struct {
 	exited  chan struct{}
 	stopped bool   // the runner stopped it: do not restart
 	fault   string // the disk fault on now, kept across restarts
+
+	s3uri string      // its checkpoints, through its own fault proxy
+	s3cut atomic.Bool // its proxy answers nothing (s3-cut)
 }
 
 // drainExit is a drain (SIGTERM) that ended with a non-zero exit.
@@ -960,7 +978,7 @@ func (w *chaosWorker) startLocked() error {
 	}
 	cmd := exec.Command(ch.bin, "run", "--job", "count", "--name", ch.name,
 		"--brokers", strings.Join(ch.brokers, ","), "--input", ch.in, "--output", ch.out,
-		"--checkpoints", ch.s3uri, "--state-dir", filepath.Join(ch.dir, "state", w.name()),
+		"--checkpoints", w.s3uri, "--state-dir", filepath.Join(ch.dir, "state", w.name()),
 		"--state-backend", "pebble", "--delivery", "exactly-once",
 		"--interval", c.Interval.String(), "--session-timeout", c.SessionTimeout.String(),
 		"--heartbeat-interval", (c.SessionTimeout / 6).String(), "--http-addr", "off")
