@@ -358,7 +358,7 @@ type chaos struct {
 	dir     string
 	bin     string
 	brokers []string
-	kafka   string // WEIR_KAFKA_DIR of a broker the runner may restart; "" for none
+	kafka   string       // WEIR_KAFKA_DIR of a broker the runner may restart; "" for none
 	s3mode  atomic.Value // string: "", "errors", "latency"
 	workers []*chaosWorker
 	exitMu  sync.Mutex
