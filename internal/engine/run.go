@@ -346,50 +346,37 @@ var errDrained = errors.New("drained")
 func waitToRestart(ctx context.Context, cfg *Config, drain <-chan struct{}, backoff time.Duration, down *bool) (cleared bool, err error) {
 	timer := time.NewTimer(backoff)
 	defer timer.Stop()
-	var tick <-chan time.Time
+	// tick stays nil (never ready) without a probe; with one, the first
+	// probe is at once: a fault seen now makes its end, later in this wait
+	// or a later one, restart the task.
+	var tick, every <-chan time.Time
 	if cfg.Reachable != nil {
-		// The first probe at once: a fault seen now makes its end, later
-		// in this wait or a later one, restart the task.
 		t := time.NewTicker(cfg.ProbeInterval)
 		defer t.Stop()
 		first := make(chan time.Time, 1)
 		first <- time.Now()
-		tick = first
-		probe := func() bool {
-			pctx, cancel := context.WithTimeout(ctx, max(4*cfg.ProbeInterval, time.Second))
-			defer cancel()
-			if cfg.Reachable(pctx) != nil {
-				*down = true
-				return false
-			}
-			if *down {
-				*down = false
-				return true
-			}
-			return false
-		}
-		for {
-			select {
-			case <-ctx.Done():
-				return false, ctx.Err()
-			case <-drain:
-				return false, errDrained
-			case <-timer.C:
-				return false, nil
-			case <-tick:
-				if probe() {
-					return true, nil
-				}
-				tick = t.C
-			}
-		}
+		tick, every = first, t.C
 	}
-	select {
-	case <-ctx.Done():
-		return false, ctx.Err()
-	case <-drain:
-		return false, errDrained
-	case <-timer.C:
-		return false, nil
+	for {
+		select {
+		case <-ctx.Done():
+			return false, ctx.Err()
+		case <-drain:
+			return false, errDrained
+		case <-timer.C:
+			return false, nil
+		case <-tick:
+			tick = every
+			pctx, cancel := context.WithTimeout(ctx, max(4*cfg.ProbeInterval, time.Second))
+			err := cfg.Reachable(pctx)
+			cancel()
+			switch {
+			case err != nil:
+				*down = true
+			case *down:
+				*down = false
+				return true, nil
+			}
+		}
 	}
 }
