@@ -35,12 +35,33 @@ import (
 // once. It is what Kafka's transaction system tests and Jepsen do, on one
 // machine: the faults are the ones production has (a worker killed, one
 // paused past its session timeout and so a zombie when it wakes, a drain,
-// a broker restart, S3 failing or slow, a disk full or failing under one
-// worker's state), one at a time, with the next one not waiting for the
-// job to recover from the last.
+// a broker restart, one worker alive but cut off from Kafka, from S3 or
+// from both past its session timeout, a slow and lossy link to Kafka, S3
+// failing or slow, a disk full or failing under one worker's state), one
+// at a time, with the next one not waiting for the job to recover from the
+// last unless --max-recovery says so.
 
 // chaosFaults are the faults the runner knows, in the order it reports them.
-var chaosFaults = []string{"sigkill", "sigstop", "sigterm", "broker-restart", "s3-errors", "s3-latency", "s3-cut", "disk-full", "disk-errors"}
+var chaosFaults = []string{"sigkill", "sigstop", "sigterm", "broker-restart", "kafka-cut", "kafka-slow",
+	"s3-errors", "s3-latency", "s3-cut", "net-cut", "disk-full", "disk-errors", "state-wipe", "partitions-added"}
+
+// lastFaults are the faults of chaosFaults that end the job, by design: the
+// runner injects them once, after the others and after the output caught
+// up, and checks that the job stopped loudly.
+var lastFaults = []string{"partitions-added"}
+
+// kafkaLinkFaults are the faults of one worker's link to Kafka: each worker
+// reaches the broker through a TCP fault proxy of its own, in front of a
+// listener of the broker's own for that worker (scripts/kafka,
+// WEIR_KAFKA_PROXIED_LISTENERS), so that a cut leaves the others alone.
+var kafkaLinkFaults = []string{"kafka-cut", "kafka-slow", "net-cut"}
+
+// proxiedListenersEnv is scripts/kafka's setting for the broker's listeners
+// per worker, and proxiedListenersFile the file it lists them in.
+const (
+	proxiedListenersEnv  = "WEIR_KAFKA_PROXIED_LISTENERS"
+	proxiedListenersFile = "proxied.listeners"
+)
 
 // diskFaults are the faults of chaosFaults that the worker processes inject
 // into their own disks: only a test build can (statefaults.go), as
@@ -125,6 +146,12 @@ func (c *chaosConfig) Validate() error {
 			bad("faults", "%s needs a test build, whose workers can make their disks fail: go run -tags weirfaults ./cmd/processor chaos", f)
 		}
 	}
+	for _, f := range kafkaLinkFaults {
+		if slices.Contains(c.Faults, f) && len(c.Brokers) > 0 && c.KafkaDir == "" {
+			bad("faults", "%s needs a broker with a listener per worker, each reached through the worker's own proxy: leave --brokers empty (it starts one) "+
+				"or give the --kafka-dir of a scripts/kafka broker started with %s=%d", f, proxiedListenersEnv, c.Workers)
+		}
+	}
 	if slices.Contains(c.Faults, "broker-restart") && len(c.Brokers) > 0 && c.KafkaDir == "" {
 		bad("faults", "broker-restart needs a broker the runner can restart: leave --brokers empty (it starts one) or give the --kafka-dir of the scripts/kafka broker at --brokers")
 	}
@@ -182,6 +209,8 @@ type chaosReport struct {
 	produced  int64
 	stall     time.Duration // the longest time without new output
 	dir       string
+	// layout is what partitions-added found; nil if it did not run.
+	layout *layoutStop
 }
 
 // recovery is how long the job took, after a fault ended, to have written
@@ -197,6 +226,9 @@ type recovery struct {
 func (r chaosReport) clean() bool {
 	if !r.verdict.Clean() || r.verdict.In != r.produced || len(r.verdict.Notes) > 0 ||
 		len(r.exits) > 0 || len(r.crashes) > 0 || len(r.drains) > 0 {
+		return false
+	}
+	if slices.Contains(r.cfg.Faults, "partitions-added") && (r.layout == nil || r.layout.err != nil) {
 		return false
 	}
 	for _, rc := range r.recovered {
@@ -284,6 +316,17 @@ func (r chaosReport) write(w io.Writer) {
 		row("longest recovery", fmt.Sprintf("%v (after %s)", l.took.Round(10*time.Millisecond), l.fault))
 	}
 	row("longest output stall", r.stall.Round(10*time.Millisecond))
+	if slices.Contains(c.Faults, "partitions-added") {
+		switch {
+		case r.layout == nil:
+			row("partitions added", "not tried: the output never caught up")
+		case r.layout.err != nil:
+			row("partitions added", r.layout.err)
+		default:
+			row("partitions added", fmt.Sprintf("every worker stopped the job loudly within %v (reason %s)",
+				r.layout.took.Round(10*time.Millisecond), layoutStopReason))
+		}
+	}
 	if len(r.recovered) > 0 {
 		bound := "no bound"
 		if r.cfg.MaxRecovery > 0 {
@@ -437,6 +480,10 @@ func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosRepor
 	if err := ch.createTopics(ctx); err != nil {
 		return nil, err
 	}
+	listeners, err := ch.proxiedListeners()
+	if err != nil {
+		return nil, err
+	}
 	runCtx, stopAll := context.WithCancel(ctx)
 	defer stopAll()
 	for i := range c.Workers {
@@ -456,12 +503,25 @@ func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosRepor
 		proxy.Enable(true)
 		w.s3uri = "s3://" + demoBucket + "/" + name + "?" + url.Values{
 			"endpoint": {proxy.URL}, "region": {"us-east-1"}, "path_style": {"true"}}.Encode()
+		w.brokers = ch.brokers
+		if i < len(listeners) {
+			// The worker's own way to the broker: a proxy at the address
+			// its listener advertises, so that every connection the
+			// worker's clients make, bootstrap and metadata-learned
+			// alike, goes through it.
+			kp, err := faultproxy.ListenTCP(listeners[i].advertised, listeners[i].bound, c.Seed+uint64(100+i))
+			if err != nil {
+				return nil, fmt.Errorf("worker %d's Kafka proxy: %w", i, err)
+			}
+			defer kp.Close()
+			w.kafka, w.brokers = kp, []string{kp.Addr}
+		}
 		ch.workers = append(ch.workers, w)
 		if err := w.start(); err != nil {
 			return nil, err
 		}
 	}
-	defer ch.stopWorkers() // on an early return; at the end they stopped already
+	defer ch.stopWorkers(false) // on an early return; at the end they stopped already
 
 	produced := make(chan error, 1)
 	prodCtx, stopProducing := context.WithCancel(runCtx)
@@ -472,6 +532,7 @@ func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosRepor
 
 	start := time.Now()
 	faultRng := rand.New(rand.NewPCG(c.Seed, 2))
+	mixed := slices.DeleteFunc(slices.Clone(c.Faults), func(f string) bool { return slices.Contains(lastFaults, f) })
 	for time.Since(start) < c.Duration && ctx.Err() == nil {
 		ch.awaitRecovery(ctx)
 		select {
@@ -483,7 +544,11 @@ func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosRepor
 		if time.Since(start) >= c.Duration || ctx.Err() != nil {
 			break
 		}
-		f := c.Faults[faultRng.IntN(len(c.Faults))]
+		if len(mixed) == 0 {
+			sleep(ctx, c.Duration-time.Since(start))
+			break
+		}
+		f := mixed[faultRng.IntN(len(mixed))]
 		if err := ch.inject(ctx, f, faultRng); err != nil {
 			return nil, fmt.Errorf("fault %s: %w", f, err)
 		}
@@ -503,11 +568,16 @@ func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosRepor
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+	var layout *layoutStop
+	if slices.Contains(c.Faults, "partitions-added") && ch.outN.Load() >= total {
+		layout = ch.addPartitions(ctx)
+	}
 	// Every worker drains (final checkpoint, commit, leave the group) and
-	// must exit 0; then every transaction on the output must have ended,
-	// so that what verify reads is all there will ever be.
+	// must exit 0, or 1 if the job stopped on it for its layout; then every
+	// transaction on the output must have ended, so that what verify reads
+	// is all there will ever be.
 	ch.logf("stopping the workers")
-	drains := ch.stopWorkers()
+	drains := ch.stopWorkers(layout != nil && layout.err == nil)
 	stopAll()
 	<-readDone
 	if err := ch.waitStable(ctx, 2*time.Minute); err != nil {
@@ -524,7 +594,7 @@ func runChaos(ctx context.Context, c chaosConfig, stderr io.Writer) (*chaosRepor
 	exits := slices.Clone(ch.exits)
 	ch.exitMu.Unlock()
 	r := &chaosReport{cfg: c, elapsed: elapsed, injected: ch.injected, verdict: v, produced: total, exits: exits,
-		drains: drains, stall: time.Duration(ch.stall.Load()), dir: dir}
+		drains: drains, stall: time.Duration(ch.stall.Load()), dir: dir, layout: layout}
 	ch.mu.Lock()
 	for _, p := range ch.pending {
 		r.recovered = append(r.recovered, *p)
@@ -566,7 +636,9 @@ func (ch *chaos) s3fault(rng *rand.Rand) faultproxy.Fault {
 // returns what it printed (the broker's address).
 func (ch *chaos) script(args ...string) (string, error) {
 	cmd := exec.Command(ch.c.KafkaScript, args...)
-	cmd.Env = append(os.Environ(), "WEIR_KAFKA_DIR="+ch.kafka)
+	// The listeners per worker matter to start only; a broker the runner
+	// did not start has what it was started with.
+	cmd.Env = append(os.Environ(), "WEIR_KAFKA_DIR="+ch.kafka, fmt.Sprintf("%s=%d", proxiedListenersEnv, ch.c.Workers))
 	f, err := os.OpenFile(filepath.Join(ch.dir, "kafka-script.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return "", err
@@ -578,6 +650,36 @@ func (ch *chaos) script(args ...string) (string, error) {
 		return "", fmt.Errorf("%s %s: %w (see %s)", ch.c.KafkaScript, strings.Join(args, " "), err, f.Name())
 	}
 	return strings.TrimSpace(string(out)), nil
+}
+
+// proxiedListener is one of the broker's listeners per worker: bound is
+// where the broker listens, advertised where it tells clients to connect,
+// the worker's proxy.
+type proxiedListener struct{ bound, advertised string }
+
+// proxiedListeners reads the broker's listeners per worker, which the Kafka
+// link faults need one of per worker; none if the broker has none and no
+// such fault is asked for.
+func (ch *chaos) proxiedListeners() ([]proxiedListener, error) {
+	var ls []proxiedListener
+	if ch.kafka != "" {
+		b, err := os.ReadFile(filepath.Join(ch.kafka, proxiedListenersFile))
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		for line := range strings.Lines(string(b)) {
+			if f := strings.Fields(line); len(f) == 2 {
+				ls = append(ls, proxiedListener{bound: f[0], advertised: f[1]})
+			}
+		}
+	}
+	for _, f := range kafkaLinkFaults {
+		if slices.Contains(ch.c.Faults, f) && len(ls) < ch.c.Workers {
+			return nil, fmt.Errorf("--faults %s: the broker in %s has %d listeners per worker (%s), want %d: start it with %s=%d, "+
+				"or leave --brokers empty and the runner starts one", f, ch.kafka, len(ls), proxiedListenersFile, ch.c.Workers, proxiedListenersEnv, ch.c.Workers)
+		}
+	}
+	return ls, nil
 }
 
 func (ch *chaos) createTopics(ctx context.Context) error {
@@ -744,16 +846,27 @@ func (ch *chaos) waitStable(ctx context.Context, limit time.Duration) error {
 func (ch *chaos) inject(ctx context.Context, f string, rng *rand.Rand) error {
 	w := ch.workers[rng.IntN(len(ch.workers))]
 	span := time.Duration(5000+rng.IntN(7000)) * time.Millisecond
+	var (
+		delay time.Duration
+		loss  float64
+	)
 	switch f {
 	case "sigkill", "sigterm", "sigstop":
 		ch.logf("inject %s (worker %d)", f, w.i)
 	case "broker-restart":
 		ch.logf("inject %s", f)
+	case "state-wipe":
+		ch.logf("inject %s (worker %d)", f, w.i)
 	case "s3-errors", "s3-latency":
 		ch.logf("inject %s (%v)", f, span.Round(time.Millisecond))
-	case "s3-cut":
+	case "s3-cut", "kafka-cut", "net-cut":
 		span = ch.c.SessionTimeout + time.Duration(1000+rng.IntN(4000))*time.Millisecond
 		ch.logf("inject %s (worker %d, %v)", f, w.i, span.Round(time.Millisecond))
+	case "kafka-slow":
+		span = ch.c.SessionTimeout + time.Duration(1000+rng.IntN(4000))*time.Millisecond
+		delay, loss = time.Duration(50+rng.IntN(350))*time.Millisecond, 0.01+0.09*rng.Float64()
+		ch.logf("inject %s (worker %d, %v: %v each way, %.0f%% of chunks stalled 0.2-2 s)", f, w.i, span.Round(time.Millisecond),
+			delay, 100*loss)
 	default:
 		ch.logf("inject %s (worker %d, %v)", f, w.i, span.Round(time.Millisecond))
 	}
@@ -816,6 +929,36 @@ func (ch *chaos) inject(ctx context.Context, f string, rng *rand.Rand) error {
 		w.s3cut.Store(true)
 		sleep(ctx, span)
 		w.s3cut.Store(false)
+	case "kafka-cut":
+		// A worker alive and cut off from Kafka past its session timeout:
+		// the group gives its tasks to the others, whose owners fence its
+		// transactions; it still reaches S3. At the heal it is a zombie
+		// that learns it lost its tasks from the group.
+		w.kafka.Cut(true)
+		sleep(ctx, span)
+		w.kafka.Cut(false)
+	case "net-cut":
+		// Cut off from both, as a worker's host off the network.
+		w.kafka.Cut(true)
+		w.s3cut.Store(true)
+		sleep(ctx, span)
+		w.kafka.Cut(false)
+		w.s3cut.Store(false)
+	case "kafka-slow":
+		// A slow, lossy link to Kafka: every chunk late, some stalled as
+		// lost segments are. Requests slow down or time out; nothing is
+		// cut.
+		w.kafka.Link(delay, loss)
+		sleep(ctx, span)
+		w.kafka.Link(0, 0)
+	case "state-wipe":
+		// The worker's state directory deleted under it while it runs, as
+		// a cleanup script or a volume mounted again empty would: its
+		// stores lose their files (open ones stay readable until
+		// closed), and what it writes next fails.
+		if err := w.wipeState(); err != nil {
+			return err
+		}
 	case "disk-full", "disk-errors":
 		if err := w.setDiskFault(map[string]string{"disk-full": "enospc", "disk-errors": "eio"}[f]); err != nil {
 			return err
@@ -833,6 +976,83 @@ func (ch *chaos) inject(ctx context.Context, f string, rng *rand.Rand) error {
 	return nil
 }
 
+// layoutStopReason is the reason a worker logs when the job stops on it
+// because its input gained partitions (worker/layout.go).
+const layoutStopReason = "partitions_changed"
+
+// layoutStop is what adding partitions to the running job's input did.
+type layoutStop struct {
+	took time.Duration // until the last worker logged the stop
+	err  error         // a worker that did not stop loudly in time
+}
+
+// addPartitions adds two partitions to the input of the running job, whose
+// output caught up, and waits for every worker to stop the job with the
+// reason partitions_changed: the loud refusal of a layout its state and
+// offsets do not belong to (worker/layout.go). Nothing is written to the
+// input after, so the output stays checkable: exactly once for all input.
+// Each worker must stop within its layout check interval (30 s by
+// default; a rebalance for the new partitions may find it sooner) and 15 s.
+func (ch *chaos) addPartitions(ctx context.Context) *layoutStop {
+	const bound = 45 * time.Second
+	before := make([]int, len(ch.workers))
+	for i, w := range ch.workers {
+		before[i] = w.countLog(layoutStopLine)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(ch.brokers...))
+	if err != nil {
+		return &layoutStop{err: err}
+	}
+	defer cl.Close()
+	ch.logf("inject partitions-added: %s from %d to %d partitions", ch.in, ch.c.Partitions, ch.c.Partitions+2)
+	resp, err := kadm.NewClient(cl).CreatePartitions(ctx, 2, ch.in)
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		return &layoutStop{err: fmt.Errorf("adding partitions: %w", err)}
+	}
+	start := time.Now()
+	for {
+		waiting := []string{}
+		for i, w := range ch.workers {
+			if w.countLog(layoutStopLine) <= before[i] {
+				waiting = append(waiting, w.name())
+			}
+		}
+		if len(waiting) == 0 {
+			ch.injected["partitions-added"]++
+			ch.logf("every worker stopped the job after %v", time.Since(start).Round(time.Millisecond))
+			return &layoutStop{took: time.Since(start)}
+		}
+		if time.Since(start) > bound || ctx.Err() != nil {
+			return &layoutStop{err: fmt.Errorf("%s did not stop the job (reason %s) within %v of the partitions added",
+				strings.Join(waiting, ", "), layoutStopReason, bound)}
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+// layoutStopLine matches the log line of a job stopped for partitions added.
+func layoutStopLine(line string) bool {
+	return strings.Contains(line, `msg="job stopped on this worker`) && strings.Contains(line, "reason="+layoutStopReason)
+}
+
+// countLog counts the lines of the worker's log that match.
+func (w *chaosWorker) countLog(match func(string) bool) int {
+	b, err := os.ReadFile(w.logPath())
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for line := range strings.Lines(string(b)) {
+		if match(line) {
+			n++
+		}
+	}
+	return n
+}
+
 func sleep(ctx context.Context, d time.Duration) {
 	select {
 	case <-ctx.Done():
@@ -841,8 +1061,9 @@ func sleep(ctx context.Context, d time.Duration) {
 }
 
 // stopWorkers drains every worker (SIGCONT first, in case one is paused)
-// and says which did not exit 0 within the grace.
-func (ch *chaos) stopWorkers() []string {
+// and says which did not exit 0 within the grace; with jobStopped, an
+// exit 1 is what a worker whose job stopped for its layout does.
+func (ch *chaos) stopWorkers(jobStopped bool) []string {
 	var (
 		wg  sync.WaitGroup
 		mu  sync.Mutex
@@ -853,7 +1074,12 @@ func (ch *chaos) stopWorkers() []string {
 		go func() {
 			defer wg.Done()
 			_ = w.signal(syscall.SIGCONT)
-			if err := w.stop(syscall.SIGTERM, 30*time.Second); err != nil {
+			err := w.stop(syscall.SIGTERM, 30*time.Second)
+			var code *drainExit
+			if jobStopped && errors.As(err, &code) && code.code == 1 {
+				err = nil
+			}
+			if err != nil {
 				mu.Lock()
 				bad = append(bad, err.Error())
 				mu.Unlock()
@@ -930,12 +1156,16 @@ type chaosWorker struct {
 
 	s3uri string      // its checkpoints, through its own fault proxy
 	s3cut atomic.Bool // its proxy answers nothing (s3-cut)
+	// brokers is its bootstrap address: its Kafka proxy's, if it has one.
+	brokers []string
+	kafka   *faultproxy.TCP // its link to the broker; nil without listeners per worker
 }
 
 // drainExit is a drain (SIGTERM) that ended with a non-zero exit.
 type drainExit struct {
 	worker int
 	state  string
+	code   int
 }
 
 func (e *drainExit) Error() string {
@@ -943,6 +1173,22 @@ func (e *drainExit) Error() string {
 }
 
 func (w *chaosWorker) name() string { return fmt.Sprintf("w%d", w.i) }
+
+func (w *chaosWorker) stateDir() string { return filepath.Join(w.ch.dir, "state", w.name()) }
+
+// wipeState deletes the worker's state directory while it runs. A store
+// may create a file in it meanwhile, which fails the removal of its
+// directory: then again.
+func (w *chaosWorker) wipeState() error {
+	var err error
+	for range 20 {
+		if err = os.RemoveAll(w.stateDir()); err == nil {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return err
+}
 
 func (w *chaosWorker) logPath() string {
 	return filepath.Join(w.ch.dir, fmt.Sprintf("worker-%d.log", w.i))
@@ -977,8 +1223,8 @@ func (w *chaosWorker) startLocked() error {
 		return err
 	}
 	cmd := exec.Command(ch.bin, "run", "--job", "count", "--name", ch.name,
-		"--brokers", strings.Join(ch.brokers, ","), "--input", ch.in, "--output", ch.out,
-		"--checkpoints", w.s3uri, "--state-dir", filepath.Join(ch.dir, "state", w.name()),
+		"--brokers", strings.Join(w.brokers, ","), "--input", ch.in, "--output", ch.out,
+		"--checkpoints", w.s3uri, "--state-dir", w.stateDir(),
 		"--state-backend", "pebble", "--delivery", "exactly-once",
 		"--interval", c.Interval.String(), "--session-timeout", c.SessionTimeout.String(),
 		"--heartbeat-interval", (c.SessionTimeout / 6).String(), "--http-addr", "off")
@@ -1078,7 +1324,7 @@ func (w *chaosWorker) stop(sig syscall.Signal, grace time.Duration) error {
 	select {
 	case <-exited:
 		if sig == syscall.SIGTERM && !cmd.ProcessState.Success() {
-			return &drainExit{worker: w.i, state: cmd.ProcessState.String()}
+			return &drainExit{worker: w.i, state: cmd.ProcessState.String(), code: cmd.ProcessState.ExitCode()}
 		}
 		return nil
 	case <-time.After(grace):

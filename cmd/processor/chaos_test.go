@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"log/slog"
 	"os"
 	"strings"
@@ -45,6 +46,7 @@ func TestChaosSettings(t *testing.T) {
 		{[]string{"--session-timeout", "2s"}, "--session-timeout"},
 		{[]string{"--brokers", "127.0.0.1:9092", "--faults", "broker-restart"}, "broker-restart needs a broker the runner can restart"},
 		{[]string{"--duration", "0s"}, "--duration"},
+		{[]string{"--brokers", "127.0.0.1:9092", "--faults", "kafka-cut"}, "kafka-cut needs a broker with a listener per worker"},
 	} {
 		var stderr bytes.Buffer
 		_, err := parseChaos(tc.args, func(string) (string, bool) { return "", false }, &stderr)
@@ -62,7 +64,8 @@ func TestChaosSettings(t *testing.T) {
 // input read back, and a recovery from every fault.
 func TestChaosVerdict(t *testing.T) {
 	clean := chaosReport{cfg: chaosConfig{Faults: chaosFaults}, produced: 10, verdict: Verdict{In: 10, Out: 10},
-		recovered: []recovery{{fault: "sigkill", took: time.Second, done: true}, {fault: "s3-errors", took: 3 * time.Second, done: true}}}
+		recovered: []recovery{{fault: "sigkill", took: time.Second, done: true}, {fault: "s3-errors", took: 3 * time.Second, done: true}},
+		layout:    &layoutStop{took: 20 * time.Second}}
 	if !clean.clean() || clean.longest().fault != "s3-errors" {
 		t.Fatalf("clean report: clean %v, longest %+v", clean.clean(), clean.longest())
 	}
@@ -79,6 +82,10 @@ func TestChaosVerdict(t *testing.T) {
 		"worker exit":  func(r *chaosReport) { r.exits = []string{"worker 1: exit status 1"} },
 		"crash":        func(r *chaosReport) { r.crashes = []string{"worker 0: WARNING: DATA RACE"} },
 		"failed drain": func(r *chaosReport) { r.drains = []string{"worker 2: drain ended with exit status 1"} },
+		"layout not stopped": func(r *chaosReport) {
+			r.layout = &layoutStop{err: errors.New("w1 did not stop the job (reason partitions_changed) within 45s")}
+		},
+		"layout not tried": func(r *chaosReport) { r.layout = nil },
 	} {
 		r := clean
 		r.recovered = append([]recovery(nil), clean.recovered...)
