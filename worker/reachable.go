@@ -53,12 +53,23 @@ func newReachability(brokers []string, opts []kgo.Opt, store checkpoint.Storage,
 	if err != nil {
 		return nil, nil, fmt.Errorf("kafka client for the reachability probe: %w", err)
 	}
+	var kafka, storage slowness
 	r := &reachability{every: every, probe: func(ctx context.Context) error {
 		var errs []error
-		if err := cl.Ping(ctx); err != nil {
+		start := time.Now()
+		err := cl.Ping(ctx)
+		if err == nil {
+			err = kafka.judge(time.Since(start))
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("kafka: %w", err))
 		}
-		if _, err := store.List(ctx, probePrefix); err != nil {
+		start = time.Now()
+		_, err = store.List(ctx, probePrefix)
+		if err == nil {
+			err = storage.judge(time.Since(start))
+		}
+		if err != nil {
 			errs = append(errs, fmt.Errorf("checkpoint storage: %w", err))
 		}
 		if err := probeDisk(fsys, stateDir); err != nil {
@@ -66,7 +77,52 @@ func newReachability(brokers []string, opts []kgo.Opt, store checkpoint.Storage,
 		}
 		return errors.Join(errs...)
 	}}
+	// A first probe now learns how fast the broker and the store usually
+	// answer, before a fault makes them slow; what it finds does not
+	// matter yet.
+	pctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_ = r.probe(pctx)
+	cancel()
 	return r, cl.Close, nil
+}
+
+// slowness judges one dependency's answer times against its own usual. A
+// broker or a store that answers ten times slower than it used to is in a
+// fault (S3 latency, a slow link) that fails checkpoints as surely as one
+// that does not answer, and its end is when a task waiting to restart
+// should: so slowRun slow answers in a row count as no answer. An answer
+// is slow over slowFactor times the usual and over slowFloor, which keeps
+// a store answering in a millisecond from being slow at 20. The usual is
+// a moving average of the answers that were not slow.
+type slowness struct {
+	usual time.Duration // 0 before the first answer
+	run   int           // slow answers in a row
+}
+
+const (
+	slowFactor = 10
+	slowFloor  = 250 * time.Millisecond
+	slowRun    = 2
+)
+
+// judge takes one answer's time; an error when it makes slowRun slow ones
+// in a row.
+func (s *slowness) judge(took time.Duration) error {
+	if s.usual > 0 && took > max(slowFloor, slowFactor*s.usual) {
+		s.run++
+		if s.run >= slowRun {
+			return fmt.Errorf("answered in %v, %d times in a row over %d times its usual %v", took.Round(time.Millisecond),
+				s.run, slowFactor, s.usual.Round(time.Microsecond))
+		}
+		return nil
+	}
+	s.run = 0
+	if s.usual == 0 {
+		s.usual = took
+	} else {
+		s.usual = (4*s.usual + took) / 5
+	}
+	return nil
 }
 
 // probeDisk writes, syncs and removes a one-byte file in dir.

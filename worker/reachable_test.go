@@ -68,3 +68,45 @@ func TestProbeDiskSeesAFullDisk(t *testing.T) {
 		t.Fatalf("the probe left %v behind", left)
 	}
 }
+
+// A dependency that answers, but ten times slower than usual twice in a
+// row, counts as not answering; one slow answer, or answers slower only
+// within the floor, do not.
+func TestSlownessCountsASlowDependencyAsDown(t *testing.T) {
+	var s slowness
+	ms := time.Millisecond
+	for _, took := range []time.Duration{2 * ms, 1 * ms, 2 * ms, 100 * ms, 2 * ms} {
+		if err := s.judge(took); err != nil {
+			t.Fatalf("%v against a usual of about 2 ms: %v (under the %v floor)", took, err, slowFloor)
+		}
+	}
+	if err := s.judge(400 * ms); err != nil {
+		t.Fatalf("one slow answer: %v", err)
+	}
+	if err := s.judge(2 * ms); err != nil {
+		t.Fatalf("fast again: %v", err)
+	}
+	usual := s.usual
+	if err := s.judge(400 * ms); err != nil {
+		t.Fatalf("a slow answer after a fast one: %v", err)
+	}
+	if err := s.judge(400 * ms); err == nil {
+		t.Fatal("two slow answers in a row did not count as down")
+	}
+	if err := s.judge(450 * ms); err == nil {
+		t.Fatal("a third slow answer did not count as down")
+	}
+	if s.usual != usual {
+		t.Fatalf("slow answers moved the usual from %v to %v", usual, s.usual)
+	}
+	if err := s.judge(2 * ms); err != nil {
+		t.Fatalf("fast again after the fault: %v", err)
+	}
+	// A store that is slow all along is judged against its own usual.
+	var slow slowness
+	for range 5 {
+		if err := slow.judge(300 * ms); err != nil {
+			t.Fatalf("a dependency always at 300 ms: %v", err)
+		}
+	}
+}
