@@ -85,7 +85,10 @@
 // Config.MaxRestarts times in a row. With Config.Reachable the wait ends
 // early when the fault ends: a probe failed during it, or an earlier one
 // since the task's last completed checkpoint, and one answers now; the
-// backoff and the count then start over. What a restart cannot mend ends it at
+// backoff then starts over, and the count too for the first
+// Config.MaxRestarts such all-clears without a completed checkpoint (a task
+// failing for a cause of its own under a flapping probe still gives up).
+// What a restart cannot mend ends it at
 // once: [ErrSuperseded], [ErrIncompatibleCheckpoint], [ErrNoValidCheckpoint],
 // [ErrMisKeyed] and checkpoint.ErrLayoutChanged.
 package engine

@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,5 +84,49 @@ func TestRestartWhenReachableAgain(t *testing.T) {
 			cancel() // the rest of the backoff would only be waited out
 			<-done
 		})
+	}
+}
+
+// A task that fails for a cause of its own, while the probe comes and goes,
+// still gives up: an all-clear starts the count of failures over only
+// Config.MaxRestarts times without a completed checkpoint.
+func TestFlappingProbeDoesNotRestartForever(t *testing.T) {
+	var runs atomic.Int32
+	fail := func(n int64) error {
+		if n == 0 {
+			runs.Add(1)
+		}
+		return errors.New("injected: a bug in the job")
+	}
+	var probes atomic.Int32
+	reachable := func(context.Context) error {
+		if probes.Add(1)%2 == 1 {
+			return errors.New("injected: no answer")
+		}
+		return nil
+	}
+	store := newTxnStore[update]()
+	plan := countJob(t, 2000, 10, 1, fail, store.sink())
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	err := engine.Run(ctx, plan, engine.Config{
+		Tasks:          []int{0},
+		Storage:        checkpoint.NewMemory(checkpoint.MemoryOptions{}),
+		Checkpoint:     checkpoint.Config{Interval: time.Hour},
+		StateDir:       t.TempDir(),
+		RestartBackoff: 20 * time.Second, // only an all-clear restarts within the test
+		MaxRestarts:    3,
+		Reachable:      reachable,
+		ProbeInterval:  5 * time.Millisecond,
+	})
+	if ctx.Err() != nil {
+		t.Fatalf("still restarting after 30 s (%d runs, %d probes): an all-clear started the count over every time", runs.Load(), probes.Load())
+	}
+	if err == nil || !strings.Contains(err.Error(), "giving up") {
+		t.Fatalf("Run = %v, want the task to give up", err)
+	}
+	// 3 all-clears start the count over; then 4 failures in a row end it.
+	if n := runs.Load(); n < 4 || n > 8 {
+		t.Fatalf("%d runs, want 3 started over and 4 in a row, 7", n)
 	}
 }

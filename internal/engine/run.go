@@ -278,6 +278,12 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) erro
 	// down: cfg.Reachable failed since the task last completed a
 	// checkpoint; its answering again ends the fault.
 	down := false
+	// clears counts the restarts the probe's all-clear started over since
+	// the task last completed a checkpoint. Past cfg.MaxRestarts of them
+	// an all-clear no longer starts the count of failures over: a task
+	// that fails for a cause of its own, while a dependency comes and
+	// goes (or answers slow now and then), still gives up in the end.
+	clears := 0
 	for {
 		t := newTask(plan, cfg, id, h.epoch, h.drain, unusable)
 		err := t.run(ctx)
@@ -300,7 +306,7 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) erro
 		progressed := t.completed
 		t.mu.Unlock()
 		if progressed {
-			failures, backoff, down = 0, cfg.RestartBackoff, false
+			failures, backoff, down, clears = 0, cfg.RestartBackoff, false, 0
 		}
 		failures++
 		// Restarting cannot mend these: another owner has the task, its
@@ -330,7 +336,10 @@ func superviseTask(ctx context.Context, plan *Plan, cfg *Config, h *handle) erro
 			return werr
 		case cleared:
 			t.log.Info("what the task needs answers again, restarting now", "waited_of", backoff, "attempt", failures)
-			failures, backoff = 0, cfg.RestartBackoff
+			backoff = cfg.RestartBackoff
+			if clears++; cfg.MaxRestarts < 0 || clears <= cfg.MaxRestarts {
+				failures = 0
+			}
 		default:
 			backoff = min(2*backoff, cfg.MaxRestartBackoff)
 		}
