@@ -35,7 +35,17 @@ const (
 	DefaultS3Concurrency     = 4
 	DefaultS3MaxRetries      = 5
 	DefaultS3MaxBackoff      = 5 * time.Second
-	DefaultS3ResponseTimeout = 30 * time.Second
+	// DefaultS3ResponseTimeout is short against the checkpoint timeout
+	// (30 s): a request that S3 or the network dropped (a stall, a
+	// connection a partition or a NAT forgot) is retried on a fresh
+	// connection after it, where a wait as long as the checkpoint timeout
+	// failed the checkpoint, and at 100 ms checkpoints held the task's
+	// output for 20 s after a 10 s cut from S3 had healed. The timer starts
+	// once the request, body and all, is sent, so a large part upload does
+	// not count against it; S3 answers in tens of milliseconds, and AWS's
+	// performance guidelines advise retrying small requests that have not
+	// answered within about 2 s.
+	DefaultS3ResponseTimeout = 5 * time.Second
 )
 
 // S3Options configures an S3 storage. Only Bucket is required.
