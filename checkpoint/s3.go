@@ -30,11 +30,11 @@ import (
 
 // Defaults and limits of S3Options.
 const (
-	DefaultS3PartSize        = 8 << 20
-	MinS3PartSize            = 5 << 20 // S3 refuses smaller parts (but the last)
-	DefaultS3Concurrency     = 4
-	DefaultS3MaxRetries      = 5
-	DefaultS3MaxBackoff      = 5 * time.Second
+	DefaultS3PartSize    = 8 << 20
+	MinS3PartSize        = 5 << 20 // S3 refuses smaller parts (but the last)
+	DefaultS3Concurrency = 4
+	DefaultS3MaxRetries  = 5
+	DefaultS3MaxBackoff  = 5 * time.Second
 	// DefaultS3ResponseTimeout is short against the checkpoint timeout
 	// (30 s): a request that S3 or the network dropped (a stall, a
 	// connection a partition or a NAT forgot) is retried on a fresh
