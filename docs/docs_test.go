@@ -211,7 +211,7 @@ var commands = map[string]how{
 	// docs/quickstart.md, 3 and 4: a real broker, the count job, a kill -9,
 	// the balance job's own binary.
 	"go build -o processor ./cmd/processor": {run: true},
-	"B=$(scripts/kafka start)":              {broker: true, by: []ref{ciStep("addr=$(scripts/kafka start)")}},
+	"B=$(scripts/kafka start)":              {broker: true, by: []ref{ciStep("addr=$(WEIR_KAFKA_PROXIED_LISTENERS=3 scripts/kafka start)")}},
 	"./processor generate --brokers $B --topic numbers --records 20000 --keys 100 --partitions 4 --create": {run: true,
 		want: []string{"wrote 20000 count records"}},
 	"./processor generate --brokers $B --topic counts --records 0 --partitions 4 --create": {run: true,
@@ -250,7 +250,7 @@ var commands = map[string]how{
 
 	// README.md: the tests and scripts/kafka.
 	"make test":           {by: []ref{ciStep("make test")}},
-	"scripts/kafka start": {by: []ref{ciStep("addr=$(scripts/kafka start)")}},
+	"scripts/kafka start": {by: []ref{ciStep("addr=$(WEIR_KAFKA_PROXIED_LISTENERS=3 scripts/kafka start)")}},
 	"KAFKA_BROKERS=$(scripts/kafka start) make integration": {by: []ref{
 		ciStep("KAFKA_BROKERS=$addr go test -race -count=1 -v ./integration/..."),
 		ciStep("KAFKA_BROKERS=$addr go test -race -count=1 ./source/... ./sink/..."),
@@ -261,7 +261,7 @@ var commands = map[string]how{
 	// docs/benchmarks.md: the Nexmark benchmark, minutes long; its harness
 	// runs small in TestNexmarkBench.
 	"go build -o kafkabench ./cmd/kafkabench":                       {run: true},
-	"B=$(WEIR_KAFKA_DIR=/tmp/weir-kafka-bench scripts/kafka start)": {by: []ref{ciStep("addr=$(scripts/kafka start)")}},
+	"B=$(WEIR_KAFKA_DIR=/tmp/weir-kafka-bench scripts/kafka start)": {by: []ref{ciStep("addr=$(WEIR_KAFKA_PROXIED_LISTENERS=3 scripts/kafka start)")}},
 	"./kafkabench --brokers $B --nexmark q0,q1,q2,q5,q7,q8 --events 5000000 --processor ./processor": {by: []ref{
 		{file: "integration/nexmarkbench_test.go", text: "func TestNexmarkBench(", name: "TestNexmarkBench"}}},
 	"WEIR_KAFKA_DIR=/tmp/weir-kafka-bench scripts/kafka stop": {by: []ref{ciStep("scripts/kafka stop")}},

@@ -41,11 +41,12 @@ var (
 		"entity-default": "kafka-configs.sh --entity-default",
 	}
 	otherEnv = map[string]string{
-		"WEIR_KAFKA_DIR":      "scripts/kafka",
-		"WEIR_S3_ENDPOINT":    "internal/testcluster/s3.go",
-		"WEIR_TESTCONTAINERS": "internal/testcluster/containers.go",
-		"WEIR_SOME_FLAG":      "internal/cli/cli.go",    // the pattern, in -h output
-		"WEIR_STATE_FAULTS":   "cmd/processor/chaos.go", // a weirfaults test build's hook, not a setting
+		"WEIR_KAFKA_DIR":               "scripts/kafka",
+		"WEIR_KAFKA_PROXIED_LISTENERS": "scripts/kafka", // the chaos runner's listeners per worker
+		"WEIR_S3_ENDPOINT":             "internal/testcluster/s3.go",
+		"WEIR_TESTCONTAINERS":          "internal/testcluster/containers.go",
+		"WEIR_SOME_FLAG":               "internal/cli/cli.go",    // the pattern, in -h output
+		"WEIR_STATE_FAULTS":            "cmd/processor/chaos.go", // a weirfaults test build's hook, not a setting
 	}
 )
 
