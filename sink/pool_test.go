@@ -121,7 +121,7 @@ type sinkModel struct {
 
 func (m *sinkModel) clone() *sinkModel {
 	c := *m
-	c.p = &pool{slots: slices.Clone(m.p.slots), next: m.p.next, durable: m.p.durable}
+	c.p = &pool{slots: slices.Clone(m.p.slots), durable: m.p.durable}
 	return &c
 }
 
