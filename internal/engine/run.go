@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,7 +42,15 @@ func Run(ctx context.Context, plan *Plan, cfg Config) error {
 	}
 	for _, id := range r.cfg.Tasks {
 		if err := r.Start(id, r.cfg.Epoch); err != nil {
-			return err
+			// A task started before may have failed for good already,
+			// cancelling the rest: its error is the one to report, not
+			// that this one could not start. So is a cancelled ctx (nil).
+			cancel()
+			r.Wait()
+			if first == nil && errors.Is(err, context.Canceled) {
+				return nil
+			}
+			return cmp.Or(first, err)
 		}
 	}
 	r.Wait()

@@ -742,3 +742,34 @@ func TestRunnerFailureWrappingCanceledIsNotAStop(t *testing.T) {
 		t.Error("Run returned nil for a task that failed for good")
 	}
 }
+
+// TestRunReportsTheFailureNotTheStartAfterIt: a task that fails for good
+// cancels the others, and may do so while Run is still starting them. Run
+// reports that failure, not that a later task could not start (a CI run
+// once got "task 1: context canceled" in place of a mis-keyed record). A
+// Run whose ctx ended before it started anything returns nil, as its doc
+// says.
+func TestRunReportsTheFailureNotTheStartAfterIt(t *testing.T) {
+	const tasks = 64
+	boom := errors.New("record 0 is bad")
+	fail := func(n int64) error {
+		if n == 0 {
+			return boom
+		}
+		return nil
+	}
+	plan := countJob(t, 1<<40, 10, tasks, fail, newTxnStore[update]().sink())
+	cfg := engine.Config{Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}), StateDir: t.TempDir(), MaxRestarts: 1, RestartBackoff: time.Millisecond}
+	for id := range tasks {
+		cfg.Tasks = append(cfg.Tasks, id)
+	}
+	if err := engine.Run(t.Context(), plan, cfg); !errors.Is(err, boom) {
+		t.Fatalf("Run: %v, want task 0's failure (%v)", err, boom)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	cfg = engine.Config{Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}), StateDir: t.TempDir(), Tasks: []int{0, 1}}
+	if err := engine.Run(ctx, plan, cfg); err != nil {
+		t.Fatalf("Run with a cancelled ctx: %v, want nil", err)
+	}
+}
