@@ -115,6 +115,13 @@ type Retainer struct {
 	marked   map[string]bool // shared files the last call saw unreferenced
 	markedAt ID              // newest completed checkpoint that call saw
 	haveMark bool
+	// refs holds, per manifest object the last call retained, the shared
+	// files it references, so that the next call does not read and decode
+	// it again (an owner at a short interval calls every second). A
+	// manifest object is written once (PutIfAbsent, by the owner of its
+	// checkpoint's epoch) and never rewritten, so what its name held once
+	// it holds while List shows it.
+	refs map[string][]string
 
 	// eagerSweep deletes every unreferenced shared file at once. It is
 	// unsafe, and there only so that tests show they catch it.
@@ -183,12 +190,16 @@ func (r *Retainer) Retain(ctx context.Context, inProgress ...ID) (deleted []stri
 	oldest := kept[0]
 
 	live := make(map[string]bool)
+	refs := make(map[string][]string, len(kept))
 	for _, id := range kept {
-		m, err := ReadManifest(ctx, r.st, r.job, r.task, id)
+		files, err := r.manifestRefs(ctx, folders[id].manifest, id)
 		if err != nil {
 			return nil, fmt.Errorf("retain %s task %d: retained checkpoint %d: %w", r.job, r.task, id, err)
 		}
-		addRefs(live, m)
+		refs[folders[id].manifest] = files
+		for _, f := range files {
+			live[f] = true
+		}
 	}
 	protected := make(map[ID]bool, len(inProgress))
 	sharedOK := true
@@ -212,8 +223,10 @@ func (r *Retainer) Retain(ctx context.Context, inProgress ...ID) (deleted []stri
 		f := folders[id]
 		if f.manifest != "" {
 			manifests = append(manifests, f.manifest)
-			if m, err := ReadManifest(ctx, r.st, r.job, r.task, id); err == nil {
-				addRefs(dropped, m)
+			if files, err := r.manifestRefs(ctx, f.manifest, id); err == nil {
+				for _, name := range files {
+					dropped[name] = true
+				}
 			} else {
 				r.log.Warn("retention: cannot read a manifest it deletes; its shared files go on a later call", "checkpoint", id, "err", err)
 			}
@@ -259,6 +272,7 @@ func (r *Retainer) Retain(ctx context.Context, inProgress ...ID) (deleted []stri
 		}
 	}
 	r.marked, r.markedAt, r.haveMark = marks, newest, true
+	r.refs = refs
 	slices.Sort(deleted)
 	if len(deleted) > 0 {
 		r.log.Info("retention deleted old checkpoint data",
@@ -302,14 +316,25 @@ func (r *Retainer) listFolders(ctx context.Context) (map[ID]*folder, error) {
 	return folders, nil
 }
 
-// addRefs adds the names of every file m references.
-func addRefs(refs map[string]bool, m Manifest) {
+// manifestRefs returns the names of the files that checkpoint id's
+// manifest, object name, references: from what the last call kept, else
+// read from storage.
+func (r *Retainer) manifestRefs(ctx context.Context, name string, id ID) ([]string, error) {
+	if files, ok := r.refs[name]; ok {
+		return files, nil
+	}
+	m, err := ReadManifest(ctx, r.st, r.job, r.task, id)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
 	for _, op := range m.Operators {
 		if op.State == nil {
 			continue
 		}
 		for _, f := range op.State.Files {
-			refs[f.Name] = true
+			files = append(files, f.Name)
 		}
 	}
+	return files, nil
 }

@@ -340,7 +340,13 @@ func (m *retainModel) leftovers() ([]string, error) {
 			return nil, err
 		}
 		need[ManifestName("j", 0, id)] = true
-		addRefs(need, man)
+		for _, op := range man.Operators {
+			if op.State != nil {
+				for _, f := range op.State.Files {
+					need[f.Name] = true
+				}
+			}
+		}
 	}
 	all, err := m.st.Storage.List(ctx, "")
 	if err != nil {

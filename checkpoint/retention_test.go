@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"reflect"
 	"slices"
 	"strings"
@@ -204,5 +206,50 @@ func TestRetainRefusesUnreadableManifest(t *testing.T) {
 	}
 	if after := listAll(t, st); !reflect.DeepEqual(after, before) {
 		t.Fatalf("objects changed: %q -> %q", before, after)
+	}
+}
+
+// countingGets is a Storage that counts the Gets of each object.
+type countingGets struct {
+	Storage
+	gets map[string]int
+}
+
+func (c *countingGets) Get(ctx context.Context, name string) (io.ReadCloser, error) {
+	c.gets[name]++
+	return c.Storage.Get(ctx, name)
+}
+
+// TestRetainerReadsEachManifestOnce: a long-lived Retainer reads a retained
+// manifest from storage once, not at every call (an owner at 100 ms
+// checkpoints calls every second, with Retained manifests to decode), and
+// what it deletes is still by each manifest's references: the shared file
+// only a dropped, remembered manifest referenced goes (rule 2a).
+func TestRetainerReadsEachManifestOnce(t *testing.T) {
+	ctx := context.Background()
+	st := &countingGets{Storage: NewMemory(MemoryOptions{}), gets: map[string]int{}}
+	r := NewRetainer(st, "j", 0, RetainOptions{Retained: 2})
+	putCheckpoint(t, st, 1, []string{"a", "old"}, nil, true)
+	for id := ID(2); id <= 6; id++ {
+		putCheckpoint(t, st, id, []string{"a", "s" + fmt.Sprint(id)}, []string{"p"}, true)
+		if _, err := r.Retain(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, n := range st.gets {
+		if n != 1 {
+			t.Errorf("%s read %d times, want once", name, n)
+		}
+	}
+	want := []string{ManifestName("j", 0, 5), ManifestName("j", 0, 6)}
+	for _, s := range []string{"a", "s5", "s6"} {
+		want = append(want, SharedDir("j", 0)+s)
+	}
+	for _, id := range []ID{5, 6} {
+		want = append(want, CheckpointDir("j", 0, id)+"p")
+	}
+	slices.Sort(want)
+	if got := listAll(t, st); !reflect.DeepEqual(got, want) {
+		t.Errorf("left\n%q, want\n%q", got, want)
 	}
 }
