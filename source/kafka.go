@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -80,6 +81,12 @@ type reader[T any] struct {
 	// marks is, per topic, the last marker of each task upstream
 	// (Config.Watermarks).
 	marks map[string]*upstream
+
+	// wakeMu guards wakePoll, the running Poll's cancel (nil if none),
+	// and woken, a Wake no Poll has taken yet (engine.Waker).
+	wakeMu   sync.Mutex
+	wakePoll context.CancelFunc
+	woken    bool
 }
 
 func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, restored []checkpoint.SourcePosition) (_ *reader[T], err error) {
@@ -248,7 +255,22 @@ func (r *reader[T]) Poll(ctx context.Context, b *engine.Batch[T]) error {
 		return err
 	}
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.pollWait())
+	r.wakeMu.Lock()
+	if r.woken {
+		// Mail came while no Poll ran: the runtime has work now.
+		r.woken = false
+		r.wakeMu.Unlock()
+		cancel()
+		return nil
+	}
+	r.wakePoll = cancel
+	r.wakeMu.Unlock()
+	// A woken poll ends as one whose wait ran out: franz-go returns no
+	// records with the context's error, which fetchErrors passes over.
 	fs := r.cl.PollRecords(pctx, r.cfg.maxPollRecords())
+	r.wakeMu.Lock()
+	r.wakePoll = nil
+	r.wakeMu.Unlock()
 	cancel()
 	if err := r.fetchErrors(ctx, fs); err != nil {
 		return err
@@ -261,8 +283,22 @@ func (r *reader[T]) Poll(ctx context.Context, b *engine.Batch[T]) error {
 	return nil
 }
 
+var _ engine.Waker = (*reader[struct{}])(nil)
+
+// Wake implements engine.Waker: it ends the running Poll's wait, or the
+// next Poll's if none runs.
+func (r *reader[T]) Wake() {
+	r.wakeMu.Lock()
+	defer r.wakeMu.Unlock()
+	if r.wakePoll != nil {
+		r.wakePoll()
+		return
+	}
+	r.woken = true
+}
+
 // fetchErrors returns the errors of fs, except the one franz-go injects when
-// the bounded wait expired. Every other error fails the task: the runtime
+// the bounded wait expired (or a Wake ended it). Every other error fails the task: the runtime
 // restarts it from its checkpoint, so records fetched with the error are not
 // lost.
 func (r *reader[T]) fetchErrors(ctx context.Context, fs kgo.Fetches) error {

@@ -452,6 +452,47 @@ func TestIdlePollReturnsPromptly(t *testing.T) {
 	}
 }
 
+// TestWakeEndsAPoll: Wake ends a Poll that waits for records at once, with
+// no error and no record lost (the records written after it come with the
+// next polls), and a Wake while no Poll runs ends the next one at once.
+func TestWakeEndsAPoll(t *testing.T) {
+	c := testcluster.Kafka(t)
+	topic := testcluster.UniqueName(t, "in")
+	createTopics(t, c, 1, topic)
+	r := openReader(t, source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str, PollWait: source.MaxPollWait}, 0, nil)
+	w, ok := r.(engine.Waker)
+	if !ok {
+		t.Fatalf("the Kafka reader %T is not an engine.Waker", r)
+	}
+	// Far below the poll's own wait of a second, generous for -race.
+	const bound = 400 * time.Millisecond
+	poll := func(what string) {
+		t.Helper()
+		var b engine.Batch[string]
+		start := time.Now()
+		if err := r.Poll(testCtx(t), &b); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if d := time.Since(start); d > bound || b.Len() != 0 {
+			t.Fatalf("%s took %v and returned %d records; want none within %v", what, d, b.Len(), bound)
+		}
+	}
+	w.Wake()
+	poll("a poll after a Wake")
+	for i := range 3 {
+		go func() {
+			time.Sleep(50 * time.Millisecond)
+			w.Wake()
+		}()
+		poll(fmt.Sprintf("woken poll %d", i))
+	}
+	produce(t, producer(t, c), topic, 0, values("v", 0, 10)...)
+	got := drain(t, r, 10)
+	if want := values("v", 0, 10); !slices.Equal(got.Values, want) {
+		t.Fatalf("after the woken polls: %q, want %q", got.Values, want)
+	}
+}
+
 func TestCommitter(t *testing.T) {
 	c := testcluster.Kafka(t)
 	topic := testcluster.UniqueName(t, "in")

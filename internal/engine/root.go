@@ -59,6 +59,8 @@ type mailbox struct {
 	mu     sync.Mutex
 	queue  []mail
 	signal chan struct{}
+	// wake, if set, ends the root's source Poll (see Waker).
+	wake func()
 }
 
 func (m *mailbox) init() { m.signal = make(chan struct{}, 1) }
@@ -70,6 +72,9 @@ func (m *mailbox) post(x mail) {
 	select {
 	case m.signal <- struct{}{}:
 	default:
+	}
+	if m.wake != nil {
+		m.wake()
 	}
 }
 

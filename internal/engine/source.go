@@ -183,6 +183,9 @@ func SourceWithWatermarks[T any](g *Graph, name string, factory SourceFactory[T]
 		t.addCloser(reader.Close)
 		r := t.rootOf(n)
 		s := &sourceRoot[T]{opBase: t.base(n), r: r, reader: reader, out: out.output(t)}
+		if w, ok := reader.(Waker); ok {
+			r.mail.wake = w.Wake
+		}
 		if wr, ok := reader.(WatermarkReader); ok {
 			if strategy != nil {
 				return fmt.Errorf("source %s: its splits carry their watermarks; it takes no watermark strategy", n.name)
