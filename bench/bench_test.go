@@ -50,7 +50,7 @@ func TestBench(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := config{brokers: strings.Join(c.Brokers, ","), records: 100_000, partitions: 4, keys: 1000, runs: 1,
-		systems: sys, processor: bin, dir: t.TempDir(), latRate: 2000, latFor: 3 * time.Second,
+		systems: sys, processor: bin, dir: t.TempDir(), latRate: 2000, latFor: 3 * time.Second, latWarmup: time.Second,
 		latIntervals: []time.Duration{time.Second, 200 * time.Millisecond}, interval: time.Second,
 		restoreMB: 2, restoreSession: 6 * time.Second}
 	if peers {

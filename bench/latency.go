@@ -27,11 +27,12 @@ type latency struct {
 }
 
 // latencyRun starts system s on a fresh input topic, writes c.latRate
-// records per second into it from its start until c.latFor after its
-// first result was visible, and reads the results as they become
-// visible. Only records written after the first result was visible
-// count: its start is not its latency, and every system has c.latFor of
-// samples however long it takes to start (a JVM, or 64 tasks).
+// records per second into it from its start until c.latWarmup plus
+// c.latFor after its first result was visible, and reads the results as
+// they become visible. Only records written c.latWarmup or more after the
+// first result was visible count: its start, and the backlog the start
+// left, is not its latency, and every system has c.latFor of samples
+// however long it takes to start (a JVM, or 64 tasks).
 func (b *bench) latencyRun(ctx context.Context, s system) (latency, error) {
 	name := fmt.Sprintf("bench-%s-latency-%s", s.slug(), b.suffix)
 	in, out := name+"-in", name+"-out"
@@ -64,7 +65,7 @@ func (b *bench) latencyRun(ctx context.Context, s system) (latency, error) {
 			if first.IsZero() {
 				first = now
 			}
-			if r.Timestamp.After(first) {
+			if r.Timestamp.After(first.Add(b.c.latWarmup)) {
 				samples = append(samples, now.Sub(r.Timestamp))
 			}
 			mu.Unlock()
@@ -96,7 +97,7 @@ func (b *bench) latencyRun(ctx context.Context, s system) (latency, error) {
 		f := first
 		mu.Unlock()
 		switch {
-		case !f.IsZero() && time.Since(f) >= b.c.latFor:
+		case !f.IsZero() && time.Since(f) >= b.c.latWarmup+b.c.latFor:
 			return errEnough
 		case f.IsZero() && time.Since(started) > 2*time.Minute:
 			return fmt.Errorf("no result visible 2 minutes after the start (log in %s)", dir)
@@ -126,7 +127,7 @@ func (b *bench) latencyRun(ctx context.Context, s system) (latency, error) {
 	defer mu.Unlock()
 	l := latency{system: s, samples: len(samples), check: chk.verify(n)}
 	if len(samples) == 0 {
-		return l, fmt.Errorf("no result of a record written after the first result")
+		return l, fmt.Errorf("no result of a record written %v or more after the first result", b.c.latWarmup)
 	}
 	l.p50, l.p99, l.max = percentiles(samples)
 	return l, nil

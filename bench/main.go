@@ -47,8 +47,9 @@
 // first result was visible, and the harness reports the p50 and p99 of the
 // time from a record's write (its Kafka timestamp, which each system
 // carries to its result) to its result's visibility read_committed, over
-// the records written after the first result was visible: --latency-for
-// of them at every system, however long it took to start.
+// the records written --latency-warmup or more after the first result was
+// visible: --latency-for of them at every system, however long it took to
+// start, and none of the backlog its start left.
 //
 // With --quota-bytes N, a backpressure run follows: the harness sets a
 // producer quota of N bytes/s on the broker for every client id
@@ -95,7 +96,8 @@ func main() {
 	flag.IntVar(&c.runs, "runs", 3, "runs of each system; the median is reported")
 	systems := flag.String("systems", "passthrough,weir,flink,kstreams", "systems to run, in order: passthrough, weir, flink, flink-heap, kstreams, each optionally @INTERVAL (kstreams@100ms)")
 	flag.IntVar(&c.latRate, "latency-rate", 20_000, "records per second of the latency runs and of the quota run's input")
-	flag.DurationVar(&c.latFor, "latency-for", 20*time.Second, "length of each system's latency run, from its first result visible (0: none)")
+	flag.DurationVar(&c.latFor, "latency-for", 20*time.Second, "length of each system's latency run, past its warm-up (0: none)")
+	flag.DurationVar(&c.latWarmup, "latency-warmup", 5*time.Second, "time from each system's first result visible to the first record its latency counts (the backlog of its start is not its latency)")
 	latIntervals := flag.String("latency-intervals", "1s,100ms,50ms", "intervals each system's latency runs at (empty: --interval)")
 	flag.Int64Var(&c.quotaBytes, "quota-bytes", 0, "producer quota, bytes/s per client id, of the backpressure run (0: none)")
 	flag.DurationVar(&c.quotaFor, "quota-for", time.Minute, "length of each system's backpressure run, from its first result")
@@ -165,7 +167,8 @@ type config struct {
 	processor  string
 	dir        string
 	latRate    int           // records/s of the latency runs and the quota run's input
-	latFor     time.Duration // their length past the first result; 0: none
+	latFor     time.Duration // their length past the warm-up; 0: none
+	latWarmup  time.Duration // from the first result to the first sample
 	// latIntervals are the intervals of the latency runs; none: interval.
 	latIntervals []time.Duration
 	quotaBytes   int64         // the quota run's producer quota, bytes/s per client id; 0: none

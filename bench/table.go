@@ -123,8 +123,8 @@ func medians(c config, res []result) []result {
 
 // writeLatency prints each system's latency run at each interval.
 func writeLatency(w io.Writer, c config, lats []latency) {
-	fmt.Fprintf(w, "end-to-end latency at %d records/s for %v past each system's first result, %d partitions (write to read_committed visibility)\n",
-		c.latRate, c.latFor, c.partitions)
+	fmt.Fprintf(w, "end-to-end latency at %d records/s for %v from %v past each system's first result, %d partitions (write to read_committed visibility)\n",
+		c.latRate, c.latFor, c.latWarmup, c.partitions)
 	fmt.Fprintf(w, "%-12s %9s %10s %10s %10s %9s %13s\n", "system", "interval", "p50 ms", "p99 ms", "max ms", "samples", "exactly-once")
 	var notes []string
 	for _, l := range lats {
