@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync/atomic"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // Output in flight is bounded by time, not by count (Flink's buffer
@@ -40,7 +42,40 @@ const (
 	// (it cost a third of the 1 s throughput when every write and every
 	// acknowledgement touched shared counters).
 	gateCheckMax = 64
+	// paceBurst is how much output ahead of its pace a paced sink may
+	// write at once.
+	paceBurst = 50 * time.Millisecond
+	// paceForget is how long a paced sink goes without a throttle before
+	// it stops pacing (the quota was lifted, or was another client's).
+	paceForget = 30 * time.Second
+	// paceHorizon is the span a pace is measured over: Kafka's quota
+	// window (quota.window.num samples of quota.window.size.seconds, 11 s
+	// by default), over which a throttle brings the client's rate to the
+	// quota.
+	paceHorizon = 11 * time.Second
+	// paceProbe is how much a paced sink raises its pace each window
+	// without a throttle (about a fifth a second): it finds a raised
+	// quota, and the pace that the first throttles set too low. Faster
+	// probes (5% a window) ran past the quota by enough to be held for
+	// 3 to 4 s.
+	paceProbe = 1.02
+	// paceMargin is the share of the broker's measured rate a throttle
+	// sets the pace to: below the quota, so the debt of the window drains.
+	paceMargin = 0.9
 )
+
+// A broker quota is not slowness: Kafka answers a client over its quota at
+// once and then holds the client's next request for the throttle time,
+// the time the excess of its last window of samples (11 s by default)
+// takes at the quota. The acknowledgements come fast, so a bound on the
+// records in flight does not bound the rate, and the rate measured from
+// them is far above the quota: under a 150 KB/s quota at 1 s checkpoints,
+// the writer filled the producer, the broker held it for 6 to 8.5 s, and
+// every tenth checkpoint waited that long. So a throttle also sets a pace:
+// a little under the rate the broker took over its window (paceHorizon),
+// the holds counted. Writes then
+// keep to the pace (a token bucket), raised by paceProbe a window until
+// the next throttle, and forgotten after paceForget without one.
 
 // inflightGate bounds the records written and not yet acknowledged. sent
 // and wait run on the writer's goroutine, done on the client's. The writer
@@ -58,6 +93,11 @@ type inflightGate struct {
 	waiting atomic.Bool // the writer waits: acknowledgements wake it
 	_       [63]byte
 	wake    chan struct{}
+	// throttled sums the throttle times the broker imposed since the last
+	// measurement (nanoseconds), heldUntil is when the last one ends (Unix
+	// nanoseconds; see throttle).
+	throttled atomic.Int64
+	heldUntil atomic.Int64
 
 	// The writer's alone.
 	written    int64
@@ -66,6 +106,20 @@ type inflightGate struct {
 	since      time.Time
 	fromAcked  int64
 	rate       float64 // records per second, smoothed
+	// pace is the rate a throttle set (records per second), 0 if none;
+	// tokens the writes it allows now, as of refilled.
+	pace         float64
+	lastThrottle time.Time
+	tokens       float64
+	refilled     time.Time
+	// history holds the acknowledged count at each measurement of the
+	// last paceHorizon, oldest first.
+	history []ackSample
+}
+
+type ackSample struct {
+	at    time.Time
+	acked int64
 }
 
 func newInflightGate(target time.Duration, max int64, now func() time.Time) *inflightGate {
@@ -88,6 +142,22 @@ func (g *inflightGate) done() {
 	}
 }
 
+// throttle counts a throttle of d the broker imposed on the producer.
+// Called on the client's goroutines.
+func (g *inflightGate) throttle(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	g.throttled.Add(int64(d))
+	until := g.now().Add(d).UnixNano()
+	for {
+		old := g.heldUntil.Load()
+		if old >= until || g.heldUntil.CompareAndSwap(old, until) {
+			return
+		}
+	}
+}
+
 // inflight is the records written and not yet acknowledged.
 func (g *inflightGate) inflight() int64 { return g.written - g.acked.Load() }
 
@@ -102,6 +172,18 @@ func (g *inflightGate) wait(ctx context.Context, failed func() error) error {
 		return nil
 	}
 	g.measure()
+	if d := g.paceDelay(); d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		if err := failed(); err != nil {
+			return err
+		}
+	}
 	if g.inflight() < g.limit {
 		g.sinceCheck = 0
 		return nil
@@ -129,6 +211,26 @@ func (g *inflightGate) wait(ctx context.Context, failed func() error) error {
 	return nil
 }
 
+// paceDelay takes the writes since the last look from the pace's tokens
+// and returns how long the writer must wait for them, 0 if it need not
+// (or the sink is not paced).
+func (g *inflightGate) paceDelay() time.Duration {
+	if g.pace == 0 {
+		return 0
+	}
+	now := g.now()
+	if !g.refilled.IsZero() {
+		g.tokens += g.pace * now.Sub(g.refilled).Seconds()
+	}
+	g.refilled = now
+	g.tokens = min(g.tokens, max(g.pace*paceBurst.Seconds(), float64(gateCheckMax)))
+	g.tokens -= float64(g.sinceCheck)
+	if g.tokens >= 0 {
+		return 0
+	}
+	return time.Duration(-g.tokens / g.pace * float64(time.Second))
+}
+
 // measure updates the rate, if a window passed, and the bound from it. It
 // runs at every look at the records in flight: a clock read every few
 // dozen records.
@@ -148,7 +250,14 @@ func (g *inflightGate) measure() {
 	acked := g.acked.Load()
 	n := acked - g.fromAcked
 	g.since, g.fromAcked = now, acked
+	throttled := time.Duration(g.throttled.Swap(0))
+	g.setPace(now, n, dt, throttled)
 	if n == 0 && g.written == acked {
+		return
+	}
+	if throttled == 0 && now.UnixNano() < g.heldUntil.Load() {
+		// Held by a throttle a measurement counted already: no
+		// acknowledgement comes, and the rate is what it took in.
 		return
 	}
 	// Smoothed: under a quota the broker answers in bursts, after
@@ -166,5 +275,47 @@ func (g *inflightGate) measure() {
 	g.limit = min(max(int64(g.rate*g.target.Seconds()), gateMin), g.max)
 }
 
+// setPace sets the pace from a window of dt in which n records were
+// acknowledged and the broker imposed throttles of throttled.
+func (g *inflightGate) setPace(now time.Time, n int64, dt, throttled time.Duration) {
+	acked := g.acked.Load()
+	g.history = append(g.history, ackSample{now, acked})
+	drop := 0
+	for drop < len(g.history)-1 && now.Sub(g.history[drop+1].at) >= paceHorizon {
+		drop++
+	}
+	g.history = g.history[drop:]
+	switch {
+	case throttled > 0:
+		// What the broker took over its window, the holds included: the
+		// throttles bring that to the quota.
+		q := float64(n) / (dt + throttled).Seconds()
+		if first := g.history[0]; now.Sub(first.at) > dt {
+			q = max(q, float64(acked-first.acked)/now.Sub(first.at).Seconds())
+		}
+		q = max(q*paceMargin, float64(gateMin)/g.target.Seconds())
+		if g.pace == 0 || q < g.pace {
+			g.pace = q
+		} else {
+			g.pace += (q - g.pace) / 2
+		}
+		g.lastThrottle = now
+	case g.pace == 0:
+	case now.Sub(g.lastThrottle) > paceForget:
+		g.pace, g.tokens, g.refilled = 0, 0, time.Time{}
+	case now.UnixNano() >= g.heldUntil.Load():
+		g.pace *= paceProbe
+	}
+}
+
 // bound is the current bound (for tests and logs).
 func (g *inflightGate) bound() int64 { return g.limit }
+
+// throttleHook tells a gate of the throttles its producers' broker imposes.
+type throttleHook struct{ g *inflightGate }
+
+var _ kgo.HookBrokerThrottle = throttleHook{}
+
+func (h throttleHook) OnBrokerThrottle(_ kgo.BrokerMetadata, d time.Duration, _ bool) {
+	h.g.throttle(d)
+}

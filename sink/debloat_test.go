@@ -122,3 +122,62 @@ func TestInflightGateWaits(t *testing.T) {
 		t.Fatalf("a gate without a target waited: %v", err)
 	}
 }
+
+// TestInflightGatePacesAfterAThrottle: no pace until the broker throttles;
+// a throttle sets the pace to a little under what the broker took over
+// its quota window, the holds counted; writes then wait for the pace's
+// tokens; windows without a throttle raise it slowly; paceForget without
+// one ends the pacing.
+func TestInflightGatePacesAfterAThrottle(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	g := newInflightGate(time.Second, 1<<20, c.now)
+	// 11 s at 1,000 records/s (acknowledged at once), no throttle.
+	ackAtRate(t, g, c, 1000, 11*time.Second)
+	if g.pace != 0 || g.paceDelay() != 0 {
+		t.Fatalf("paced (%v) without a throttle", g.pace)
+	}
+	// A throttle: the broker took 1,000 records/s over its window.
+	g.sent()
+	g.done()
+	g.throttle(2 * time.Second)
+	c.t = c.t.Add(gateWindow)
+	g.measure()
+	if want := paceMargin * 1000; g.pace < want*0.9 || g.pace > want*1.1 {
+		t.Fatalf("pace %.0f records/s after the throttle, want about %.0f", g.pace, want)
+	}
+	// Held: windows inside the hold neither raise the pace nor take the
+	// rate down.
+	pace, rate := g.pace, g.rate
+	g.sent()
+	c.t = c.t.Add(gateWindow)
+	g.measure()
+	if g.pace != pace || g.rate != rate {
+		t.Errorf("inside the hold: pace %.0f -> %.0f, rate %.0f -> %.0f; want both kept", pace, g.pace, rate, g.rate)
+	}
+	// Writes keep to the pace: 900 records past the burst wait about a
+	// second.
+	g.tokens, g.refilled = 0, c.t
+	g.sinceCheck = int64(g.pace)
+	if d := g.paceDelay(); d < 900*time.Millisecond || d > 1100*time.Millisecond {
+		t.Errorf("%d records at once: wait %v, want about 1 s at %.0f records/s", g.sinceCheck, d, g.pace)
+	}
+	g.sinceCheck = 0
+	// Past the hold, windows without a throttle raise it by paceProbe.
+	c.t = c.t.Add(2 * time.Second)
+	g.done()
+	before := g.pace
+	g.measure()
+	if want := before * paceProbe; g.pace < want*0.999 || g.pace > want*1.001 {
+		t.Errorf("a window without a throttle: pace %.1f -> %.1f, want %.1f", before, g.pace, want)
+	}
+	// paceForget without a throttle: no pace.
+	for range int(paceForget/gateWindow) + 2 {
+		g.sent()
+		c.t = c.t.Add(gateWindow)
+		g.done()
+		g.measure()
+	}
+	if g.pace != 0 || g.paceDelay() != 0 {
+		t.Errorf("%v without a throttle: still paced at %.0f records/s", paceForget, g.pace)
+	}
+}

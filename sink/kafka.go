@@ -239,6 +239,7 @@ func (w *txnWriter[T]) initSlot(ctx context.Context, i int) error {
 		kgo.TransactionalID(w.ids[i]),
 		kgo.TransactionTimeout(w.cfg.txnTimeout()),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.WithHooks(throttleHook{w.gate}),
 	), w.cfg.ClientOpts...)
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
