@@ -7,7 +7,7 @@ import (
 	"time"
 )
 
-// TestGCPercentFor: 400% of a small live heap, 256 MiB of growth past
+// TestGCPercentFor: 400% of a small live heap, 128 MiB of growth past
 // it for a larger one, never under Go's 100%.
 func TestGCPercentFor(t *testing.T) {
 	for _, tc := range []struct {
@@ -15,9 +15,10 @@ func TestGCPercentFor(t *testing.T) {
 		want int
 	}{
 		{0, DefaultGCPercent},
+		{16 << 20, DefaultGCPercent},
 		{32 << 20, DefaultGCPercent},
-		{64 << 20, DefaultGCPercent},
-		{128 << 20, 200},
+		{64 << 20, 200},
+		{128 << 20, 100},
 		{256 << 20, 100},
 		{2 << 30, 100},
 	} {
