@@ -53,6 +53,9 @@ const (
 	// by default), over which a throttle brings the client's rate to the
 	// quota.
 	paceHorizon = 11 * time.Second
+	// paceIdle is the longest window a pace is measured from: a longer
+	// one is a sink that wrote nothing meanwhile.
+	paceIdle = time.Second
 	// paceProbe is how much a paced sink raises its pace each window
 	// without a throttle (about a fifth a second): it finds a raised
 	// quota, and the pace that the first throttles set too low. Faster
@@ -93,8 +96,8 @@ type inflightGate struct {
 	waiting atomic.Bool // the writer waits: acknowledgements wake it
 	_       [63]byte
 	wake    chan struct{}
-	// throttled sums the throttle times the broker imposed since the last
-	// measurement (nanoseconds), heldUntil is when the last one ends (Unix
+	// throttled is the longest throttle the broker imposed since the last
+	// measurement (nanoseconds), heldUntil when the last one ends (Unix
 	// nanoseconds; see throttle).
 	throttled atomic.Int64
 	heldUntil atomic.Int64
@@ -148,7 +151,15 @@ func (g *inflightGate) throttle(d time.Duration) {
 	if d <= 0 {
 		return
 	}
-	g.throttled.Add(int64(d))
+	// The longest of a window's throttles: every response of the
+	// client's requests in flight (its slots', its brokers') carries the
+	// same hold.
+	for {
+		old := g.throttled.Load()
+		if old >= int64(d) || g.throttled.CompareAndSwap(old, int64(d)) {
+			break
+		}
+	}
 	until := g.now().Add(d).UnixNano()
 	for {
 		old := g.heldUntil.Load()
@@ -173,14 +184,8 @@ func (g *inflightGate) wait(ctx context.Context, failed func() error) error {
 	}
 	g.measure()
 	if d := g.paceDelay(); d > 0 {
-		t := time.NewTimer(d)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		}
-		if err := failed(); err != nil {
+		g.sinceCheck = 0 // taken from the tokens
+		if err := g.paceWait(ctx, d, failed); err != nil {
 			return err
 		}
 	}
@@ -208,6 +213,26 @@ func (g *inflightGate) wait(ctx context.Context, failed func() error) error {
 		}
 	}
 	g.sinceCheck = 0
+	return nil
+}
+
+// paceWait waits d, then as long as the pace's tokens are owed, a window
+// at a time with failed looked at in between: a slow pace (a small quota)
+// can owe seconds.
+func (g *inflightGate) paceWait(ctx context.Context, d time.Duration, failed func() error) error {
+	for d > 0 {
+		t := time.NewTimer(min(d, gateWindow))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+		if err := failed(); err != nil {
+			return err
+		}
+		d = g.paceDelay()
+	}
 	return nil
 }
 
@@ -279,6 +304,12 @@ func (g *inflightGate) measure() {
 // acknowledged and the broker imposed throttles of throttled.
 func (g *inflightGate) setPace(now time.Time, n int64, dt, throttled time.Duration) {
 	acked := g.acked.Load()
+	if dt > paceIdle {
+		// The sink wrote nothing for a while: the window says nothing of
+		// a rate, nor does a throttle of the burst before it, long over.
+		g.history = append(g.history[:0], ackSample{now, acked})
+		return
+	}
 	g.history = append(g.history, ackSample{now, acked})
 	drop := 0
 	for drop < len(g.history)-1 && now.Sub(g.history[drop+1].at) >= paceHorizon {

@@ -163,7 +163,17 @@ func TestInflightGatePacesAfterAThrottle(t *testing.T) {
 	}
 	g.sinceCheck = 0
 	// Past the hold, windows without a throttle raise it by paceProbe.
-	c.t = c.t.Add(2 * time.Second)
+	for c.t.Add(gateWindow).UnixNano() < g.heldUntil.Load() {
+		g.sent()
+		c.t = c.t.Add(gateWindow)
+		g.done()
+		g.measure()
+	}
+	if g.pace != pace {
+		t.Errorf("inside the hold: pace %.1f -> %.1f, want it kept", pace, g.pace)
+	}
+	g.sent()
+	c.t = time.Unix(0, g.heldUntil.Load()).Add(gateWindow / 2)
 	g.done()
 	before := g.pace
 	g.measure()
@@ -179,5 +189,38 @@ func TestInflightGatePacesAfterAThrottle(t *testing.T) {
 	}
 	if g.pace != 0 || g.paceDelay() != 0 {
 		t.Errorf("%v without a throttle: still paced at %.0f records/s", paceForget, g.pace)
+	}
+}
+
+// TestInflightGateIgnoresAThrottleAfterAnIdleSpell: a throttle of a burst
+// that the measurement after an idle spell counts says nothing of the
+// rate now, and sets no pace (it set the pace to its floor, 32 records/s,
+// for 30 s); a long pace's wait sees a failure within a window.
+func TestInflightGateIgnoresAThrottleAfterAnIdleSpell(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	g := newInflightGate(time.Second, 1<<20, c.now)
+	ackAtRate(t, g, c, 5000, 2*time.Second)
+	g.throttle(500 * time.Millisecond)
+	for g.inflight() > 0 {
+		g.done()
+	}
+	c.t = c.t.Add(time.Minute)
+	g.sent()
+	g.done()
+	g.sent()
+	g.measure()
+	if g.pace != 0 {
+		t.Fatalf("paced at %.0f records/s by a throttle before a minute idle", g.pace)
+	}
+	// Paced slowly, a wait for many writes looks at failed every window.
+	g.pace, g.tokens, g.refilled = 10, 0, c.t
+	g.sinceCheck = 1000
+	start := time.Now()
+	boom := errors.New("boom")
+	if err := g.wait(context.Background(), func() error { return boom }); !errors.Is(err, boom) {
+		t.Fatalf("paced wait: %v, want the sink's failure", err)
+	}
+	if d := time.Since(start); d > 5*gateWindow {
+		t.Errorf("a paced wait took %v to see the failure, want about a window (%v)", d, gateWindow)
 	}
 }
