@@ -97,10 +97,12 @@ type inflightGate struct {
 	_       [63]byte
 	wake    chan struct{}
 	// throttled is the longest throttle the broker imposed since the last
-	// measurement (nanoseconds), heldUntil when the last one ends (Unix
-	// nanoseconds; see throttle).
+	// measurement (nanoseconds), heldUntil when the last one ends
+	// (nanoseconds since origin, on the monotonic clock: a wall clock set
+	// back by minutes must not read as a hold of minutes; see throttle).
 	throttled atomic.Int64
 	heldUntil atomic.Int64
+	origin    time.Time
 
 	// The writer's alone.
 	written    int64
@@ -126,7 +128,7 @@ type ackSample struct {
 }
 
 func newInflightGate(target time.Duration, max int64, now func() time.Time) *inflightGate {
-	g := &inflightGate{target: target, max: max, now: now, wake: make(chan struct{}, 1)}
+	g := &inflightGate{target: target, max: max, now: now, wake: make(chan struct{}, 1), origin: now()}
 	g.limit = min(gateStart, max) // set by the first measurements
 	return g
 }
@@ -160,13 +162,18 @@ func (g *inflightGate) throttle(d time.Duration) {
 			break
 		}
 	}
-	until := g.now().Add(d).UnixNano()
+	until := int64(g.now().Add(d).Sub(g.origin))
 	for {
 		old := g.heldUntil.Load()
 		if old >= until || g.heldUntil.CompareAndSwap(old, until) {
 			return
 		}
 	}
+}
+
+// held says whether a throttle holds the producer at now.
+func (g *inflightGate) held(now time.Time) bool {
+	return int64(now.Sub(g.origin)) < g.heldUntil.Load()
 }
 
 // inflight is the records written and not yet acknowledged.
@@ -280,7 +287,7 @@ func (g *inflightGate) measure() {
 	if n == 0 && g.written == acked {
 		return
 	}
-	if throttled == 0 && now.UnixNano() < g.heldUntil.Load() {
+	if throttled == 0 && g.held(now) {
 		// Held by a throttle a measurement counted already: no
 		// acknowledgement comes, and the rate is what it took in.
 		return
@@ -334,7 +341,7 @@ func (g *inflightGate) setPace(now time.Time, n int64, dt, throttled time.Durati
 	case g.pace == 0:
 	case now.Sub(g.lastThrottle) > paceForget:
 		g.pace, g.tokens, g.refilled = 0, 0, time.Time{}
-	case now.UnixNano() >= g.heldUntil.Load():
+	case !g.held(now):
 		g.pace *= paceProbe
 	}
 }

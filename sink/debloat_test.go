@@ -163,7 +163,7 @@ func TestInflightGatePacesAfterAThrottle(t *testing.T) {
 	}
 	g.sinceCheck = 0
 	// Past the hold, windows without a throttle raise it by paceProbe.
-	for c.t.Add(gateWindow).UnixNano() < g.heldUntil.Load() {
+	for g.held(c.t.Add(gateWindow)) {
 		g.sent()
 		c.t = c.t.Add(gateWindow)
 		g.done()
@@ -173,7 +173,7 @@ func TestInflightGatePacesAfterAThrottle(t *testing.T) {
 		t.Errorf("inside the hold: pace %.1f -> %.1f, want it kept", pace, g.pace)
 	}
 	g.sent()
-	c.t = time.Unix(0, g.heldUntil.Load()).Add(gateWindow / 2)
+	c.t = g.heldEnd().Add(gateWindow / 2)
 	g.done()
 	before := g.pace
 	g.measure()
@@ -223,4 +223,9 @@ func TestInflightGateIgnoresAThrottleAfterAnIdleSpell(t *testing.T) {
 	if d := time.Since(start); d > 5*gateWindow {
 		t.Errorf("a paced wait took %v to see the failure, want about a window (%v)", d, gateWindow)
 	}
+}
+
+// heldEnd is when the gate's last throttle ends.
+func (g *inflightGate) heldEnd() time.Time {
+	return g.origin.Add(time.Duration(g.heldUntil.Load()))
 }
