@@ -127,6 +127,12 @@ type Config[T any] struct {
 	// takes no watermark strategy.
 	Watermarks bool
 
+	// Consumers, if set, is the worker's shared consumers: the reader
+	// fetches with the client of its source, shared with the other tasks'
+	// readers, instead of one of its own; ClientOpts are then not used
+	// (NewConsumers takes the shared clients' options).
+	Consumers *Consumers
+
 	// ClientOpts are extra franz-go options (TLS, SASL, fetch sizes, ...),
 	// applied after the reader's own, so they can override them; overriding
 	// the isolation level or the reset offset breaks the guarantees above.

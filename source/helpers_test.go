@@ -15,6 +15,10 @@ import (
 	"github.com/weirstream/weir/source"
 )
 
+// shared, when set, is the Consumers the readers of a test share (see
+// TestSharedConsumer); nil, each reader has a client of its own.
+var shared *source.Consumers
+
 // waitFor bounds every wait on Kafka in these tests.
 const waitFor = 30 * time.Second
 
@@ -103,6 +107,9 @@ func openReader[T any](t *testing.T, cfg source.Config[T], task int, restored []
 
 func openReaderErr[T any](t *testing.T, cfg source.Config[T], task int, restored []checkpoint.SourcePosition) (engine.SourceReader[T], error) {
 	t.Helper()
+	if cfg.Consumers == nil {
+		cfg.Consumers = shared
+	}
 	f, err := source.Kafka(cfg)
 	if err != nil {
 		t.Fatalf("config: %v", err)

@@ -147,7 +147,7 @@ func TestRunsInJob(t *testing.T) {
 	}
 	produceHalf(100)
 
-	factory, err := source.Kafka(source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str, MaxPollRecords: 7})
+	factory, err := source.Kafka(source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str, MaxPollRecords: 7, Consumers: shared})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -65,7 +65,15 @@ type reader[T any] struct {
 	cfg    *Config[T]
 	source string
 	log    *slog.Logger
-	cl     *kgo.Client
+	// cl is the client of the reader's admin requests and dead letters:
+	// its own (own), or its source's shared one.
+	cl  *kgo.Client
+	own bool
+	// shared and slot, when the reader fetches with a shared client:
+	// the client and the reader's queue in it. buf is reused by Poll.
+	shared *consumer
+	slot   *slot
+	buf    []*kgo.Record
 	part   int32
 	// next is, per topic, the offset after the last record Poll returned
 	// (or dead-lettered); before the first, the restored or start offset.
@@ -109,21 +117,17 @@ func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, rest
 		marks:  map[string]*upstream{},
 	}
 
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.WithLogger(kgoLogger{log}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// A position no longer in the log (retention, truncation) is data
-		// the job never saw: fail the task instead of resetting silently.
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-	}
-	r.cl, err = kgo.NewClient(append(opts, cfg.ClientOpts...)...)
-	if err != nil {
+	if cfg.Consumers != nil {
+		if r.shared, err = cfg.Consumers.acquire(info.Operator, cfg.Brokers, log); err != nil {
+			return nil, err
+		}
+		r.cl = r.shared.cl
+	} else if r.cl, err = r.ownClient(); err != nil {
 		return nil, err
 	}
 	defer func() {
 		if err != nil {
-			r.cl.Close()
+			r.Close()
 		}
 	}()
 	adm := kadm.NewClient(r.cl)
@@ -182,8 +186,45 @@ func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, rest
 		}
 		assign[t] = map[int32]kgo.Offset{r.part: at}
 	}
+	if r.shared != nil {
+		s := newSlot()
+		switch err := r.shared.register(s, assign); {
+		case err == nil:
+			r.slot = s
+			return r, nil
+		case errors.Is(err, errBusy):
+			// The task's previous run on this worker has not closed its
+			// reader yet: read with a client of its own rather than wait.
+			log.Info("kafka source reads with a client of its own: its partition is still another reader's", "reason", err)
+			r.shared.release()
+			r.shared = nil
+			if r.cl, err = r.ownClient(); err != nil {
+				return nil, err
+			}
+		default:
+			return nil, err
+		}
+	}
 	r.cl.AddConsumePartitions(assign)
 	return r, nil
+}
+
+// ownClient opens a client of the reader's own.
+func (r *reader[T]) ownClient() (*kgo.Client, error) {
+	opts := []kgo.Opt{
+		kgo.SeedBrokers(r.cfg.Brokers...),
+		kgo.WithLogger(kgoLogger{r.log}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// A position no longer in the log (retention, truncation) is data
+		// the job never saw: fail the task instead of resetting silently.
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+	}
+	cl, err := kgo.NewClient(append(opts, r.cfg.ClientOpts...)...)
+	if err != nil {
+		return nil, err
+	}
+	r.own = true
+	return cl, nil
 }
 
 // restore takes the positions of a checkpoint. A position for another
@@ -254,6 +295,23 @@ func (r *reader[T]) Poll(ctx context.Context, b *engine.Batch[T]) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if r.slot != nil {
+		recs, errs, err := r.slot.poll(ctx, r.shared, r.buf[:0], r.cfg.maxPollRecords(), r.cfg.pollWait())
+		r.buf = recs
+		if err != nil {
+			return err
+		}
+		if err := r.fetchErrors(ctx, errs); err != nil {
+			return err
+		}
+		for i, rec := range recs {
+			recs[i] = nil
+			if err := r.take(ctx, b, rec); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	pctx, cancel := context.WithTimeout(ctx, r.cfg.pollWait())
 	r.wakeMu.Lock()
 	if r.woken {
@@ -272,7 +330,7 @@ func (r *reader[T]) Poll(ctx context.Context, b *engine.Batch[T]) error {
 	r.wakePoll = nil
 	r.wakeMu.Unlock()
 	cancel()
-	if err := r.fetchErrors(ctx, fs); err != nil {
+	if err := r.fetchErrors(ctx, fs.Errors()); err != nil {
 		return err
 	}
 	for it := fs.RecordIter(); !it.Done(); {
@@ -288,6 +346,10 @@ var _ engine.Waker = (*reader[struct{}])(nil)
 // Wake implements engine.Waker: it ends the running Poll's wait, or the
 // next Poll's if none runs.
 func (r *reader[T]) Wake() {
+	if r.slot != nil {
+		r.slot.wake()
+		return
+	}
 	r.wakeMu.Lock()
 	defer r.wakeMu.Unlock()
 	if r.wakePoll != nil {
@@ -297,13 +359,13 @@ func (r *reader[T]) Wake() {
 	r.woken = true
 }
 
-// fetchErrors returns the errors of fs, except the one franz-go injects when
-// the bounded wait expired (or a Wake ended it). Every other error fails the task: the runtime
-// restarts it from its checkpoint, so records fetched with the error are not
-// lost.
-func (r *reader[T]) fetchErrors(ctx context.Context, fs kgo.Fetches) error {
+// fetchErrors returns the errors of a poll, except the one franz-go injects
+// when the bounded wait expired (or a Wake ended it). Every other error
+// fails the task: the runtime restarts it from its checkpoint, so records
+// fetched with the error are not lost.
+func (r *reader[T]) fetchErrors(ctx context.Context, fes []kgo.FetchError) error {
 	var errs []error
-	for _, e := range fs.Errors() {
+	for _, e := range fes {
 		switch {
 		case e.Topic == "" && (errors.Is(e.Err, context.DeadlineExceeded) || errors.Is(e.Err, context.Canceled)):
 			if err := ctx.Err(); err != nil {
@@ -385,6 +447,11 @@ func (r *reader[T]) bounds(ctx context.Context, topic string) (start, end int64,
 func (r *reader[T]) take(ctx context.Context, b *engine.Batch[T], rec *kgo.Record) error {
 	if _, ok := r.next[rec.Topic]; !ok || rec.Partition != r.part {
 		return fmt.Errorf("fetched record %s/%d@%d that task %d does not read", rec.Topic, rec.Partition, rec.Offset, r.part)
+	}
+	if rec.Offset < r.next[rec.Topic] {
+		// A record again, or one of before the position the reader
+		// resumed from: never taken twice.
+		return fmt.Errorf("fetched record %s/%d@%d is before the reader's position %d", rec.Topic, rec.Partition, rec.Offset, r.next[rec.Topic])
 	}
 	pos := engine.Position{Source: r.source, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp.UnixMilli()}
 	if r.cfg.Watermarks && marker.Is(rec) {
@@ -474,8 +541,17 @@ func (r *reader[T]) Positions() []checkpoint.SourcePosition {
 // buffered are dropped, which is safe: a reopened task restores from its
 // checkpoint.
 func (r *reader[T]) Close() error {
-	if !r.closed {
-		r.closed = true
+	if r.closed {
+		return nil
+	}
+	r.closed = true
+	if r.slot != nil {
+		r.shared.unregister(r.slot)
+	}
+	if r.shared != nil {
+		r.shared.release()
+	}
+	if r.own && r.cl != nil {
 		r.cl.Close()
 	}
 	return nil

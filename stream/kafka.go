@@ -105,7 +105,8 @@ func kafkaSource[T any](env *jobenv.Env, op, topic string, decode Decoder[T]) (e
 	}
 	return func(ctx context.Context, info engine.TaskInfo, restored []checkpoint.SourcePosition) (engine.SourceReader[T], error) {
 		tc := sc
-		if env.SourceOpts != nil {
+		tc.Consumers = env.Consumers
+		if env.SourceOpts != nil && env.Consumers == nil {
 			tc.ClientOpts = env.SourceOpts(info.Task, op)
 		}
 		in := new(atomic.Int64)
@@ -399,7 +400,8 @@ func KeyBy[K, T any](s Stream[T], name string, key func(T) K, keyCodec state.Cod
 	}
 	src := func(ctx context.Context, info engine.TaskInfo, restored []checkpoint.SourcePosition) (engine.SourceReader[T], error) {
 		tc := rc
-		if env.SourceOpts != nil {
+		tc.Consumers = env.Consumers
+		if env.SourceOpts != nil && env.Consumers == nil {
 			tc.ClientOpts = env.SourceOpts(info.Task, name)
 		}
 		f, err := source.Kafka(tc)

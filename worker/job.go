@@ -85,6 +85,15 @@ func jobEnv(c *Config, st *Stats, k *kpromSet, kafka []kgo.Opt) (*jobenv.Env, er
 			}
 			return opts
 		},
+		// The tasks' readers of a source share one client: one fetch
+		// per broker for all the worker's partitions, not one per task.
+		Consumers: source.NewConsumers(c.Memory.queueBytes(), func(client string) []kgo.Opt {
+			opts := slices.Clip(sourceOpts)
+			if k != nil {
+				opts = append(opts, kgo.WithHooks(k.hook(prometheus.Labels{"task": "shared", "client": client})))
+			}
+			return opts
+		}),
 		SinkOpts:       append(slices.Clip(kafka), c.Memory.sinkOpts()...),
 		Partitioner:    repartitioner(c.partitioner()),
 		BatchSize:      c.Memory.BatchSize,

@@ -39,6 +39,10 @@ type Env struct {
 	// SourceOpts are a task's source client options: client is the
 	// operator that reads (its metrics label).
 	SourceOpts func(task int, client string) []kgo.Opt
+	// Consumers, if set, are the worker's shared consumers: every
+	// source's readers fetch with one client per source (SourceOpts are
+	// then not used; Consumers bring their own options).
+	Consumers *source.Consumers
 	// SinkOpts are the options of every sink's clients.
 	SinkOpts []kgo.Opt
 	// Partitioner places the records of repartitions: as the input's
