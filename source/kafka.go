@@ -122,7 +122,7 @@ func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, rest
 			return nil, err
 		}
 		r.cl = r.shared.cl
-	} else if r.cl, err = r.ownClient(); err != nil {
+	} else if r.cl, err = r.ownClient(cfg.ClientOpts...); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -198,7 +198,7 @@ func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, rest
 			log.Info("kafka source reads with a client of its own: its partition is still another reader's", "reason", err)
 			r.shared.release()
 			r.shared = nil
-			if r.cl, err = r.ownClient(); err != nil {
+			if r.cl, err = r.ownClient(cfg.Consumers.clientOpts(info.Operator)...); err != nil {
 				return nil, err
 			}
 		default:
@@ -209,8 +209,8 @@ func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, rest
 	return r, nil
 }
 
-// ownClient opens a client of the reader's own.
-func (r *reader[T]) ownClient() (*kgo.Client, error) {
+// ownClient opens a client of the reader's own, with extra options.
+func (r *reader[T]) ownClient(extra ...kgo.Opt) (*kgo.Client, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(r.cfg.Brokers...),
 		kgo.WithLogger(kgoLogger{r.log}),
@@ -219,7 +219,7 @@ func (r *reader[T]) ownClient() (*kgo.Client, error) {
 		// the job never saw: fail the task instead of resetting silently.
 		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
 	}
-	cl, err := kgo.NewClient(append(opts, r.cfg.ClientOpts...)...)
+	cl, err := kgo.NewClient(append(opts, extra...)...)
 	if err != nil {
 		return nil, err
 	}

@@ -57,6 +57,14 @@ func NewConsumers(queueBytes int64, opts func(name string) []kgo.Opt) *Consumers
 	return &Consumers{opts: opts, queueBytes: queueBytes, live: map[string]*consumer{}}
 }
 
+// clientOpts are the options of a client of source name, shared or not.
+func (cs *Consumers) clientOpts(name string) []kgo.Opt {
+	if cs.opts == nil {
+		return nil
+	}
+	return cs.opts(name)
+}
+
 // acquire returns the consumer of source name, opening its client if none
 // is open, with one more reference.
 func (cs *Consumers) acquire(name string, brokers []string, log *slog.Logger) (*consumer, error) {
@@ -76,10 +84,7 @@ func (cs *Consumers) acquire(name string, brokers []string, log *slog.Logger) (*
 		// the one in flight ends: an idle fetch must not hold it long.
 		kgo.FetchMaxWait(250 * time.Millisecond),
 	}
-	if cs.opts != nil {
-		opts = append(opts, cs.opts(name)...)
-	}
-	cl, err := kgo.NewClient(opts...)
+	cl, err := kgo.NewClient(append(opts, cs.clientOpts(name)...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -167,8 +172,14 @@ func (c *consumer) apply(ch *change) error {
 	c.pending = append(c.pending, ch)
 	c.interruptLocked()
 	c.mu.Unlock()
-	<-ch.doneCh
-	return ch.err
+	select {
+	case <-ch.doneCh:
+		return ch.err
+	case <-c.done:
+		// The dispatcher returned (the client closed under it): nothing
+		// is fetched for anyone any more.
+		return kgo.ErrClientClosed
+	}
 }
 
 // interruptLocked ends the running poll, or the dispatcher's wait.
@@ -417,9 +428,14 @@ func (s *slot) take(c *consumer, dst []*kgo.Record, max int) ([]*kgo.Record, []k
 		s.errs = nil
 		return dst, errs
 	}
-	n := min(max, len(s.recs)-s.head)
-	for _, r := range s.recs[s.head : s.head+n] {
-		s.bytes -= recordBytes(r)
+	queued := len(s.recs) - s.head
+	n := min(max, queued)
+	if n == queued {
+		s.bytes = 0
+	} else {
+		// The records' share of the queue's size, not their own sizes
+		// again: a bound needs no more.
+		s.bytes -= s.bytes * int64(n) / int64(queued)
 	}
 	dst = append(dst, s.recs[s.head:s.head+n]...)
 	clear(s.recs[s.head : s.head+n])

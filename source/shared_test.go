@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/testcluster"
@@ -71,7 +73,11 @@ func TestSharedReadersStayApart(t *testing.T) {
 	}
 	// A queue of 8 KiB holds about 50 records: a reader not polled pauses
 	// its partition after a fetch or two.
-	cs := source.NewConsumers(8<<10, nil)
+	var opened []string // the clients opened with the Consumers' options
+	cs := source.NewConsumers(8<<10, func(name string) []kgo.Opt {
+		opened = append(opened, name)
+		return []kgo.Opt{kgo.ClientID("weir-test-" + name)}
+	})
 	cfg := source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str, MaxPollRecords: 64, Consumers: cs}
 	readers := make([]engine.SourceReader[string], parts)
 	for p := range parts {
@@ -108,6 +114,11 @@ func TestSharedReadersStayApart(t *testing.T) {
 	// client of its own, from where it is told.
 	again := openReader(t, cfg, 2, []checkpoint.SourcePosition{{Source: "src", Topic: topic, Partition: 2, Offset: 990}})
 	inOrder(2, drain(t, again, 10).Values, 990, n)
+	// Its client has the options of the shared one (TLS, SASL, ... in a
+	// worker), as the shared one has.
+	if want := []string{"src", "src"}; !slices.Equal(opened, want) {
+		t.Fatalf("clients opened with the Consumers' options: %q, want %q", opened, want)
+	}
 	if got := cs.Clients(); !slices.Equal(got, []int{parts}) {
 		t.Fatalf("clients and their readers with a reader of its own: %v, want one client of %d readers", got, parts)
 	}
