@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -53,15 +54,21 @@ const (
 	// by default), over which a throttle brings the client's rate to the
 	// quota.
 	paceHorizon = 11 * time.Second
+	// paceWindowMin is the shortest window Kafka measures a client's rate
+	// over: quota.window.num - 1 samples of quota.window.size.seconds,
+	// while the client is younger than that.
+	paceWindowMin = 10 * time.Second
 	// paceIdle is the longest window a pace is measured from: a longer
 	// one is a sink that wrote nothing meanwhile.
 	paceIdle = time.Second
-	// paceProbe is how much a paced sink raises its pace each window
-	// without a throttle (about a fifth a second): it finds a raised
-	// quota, and the pace that the first throttles set too low. Faster
-	// probes (5% a window) ran past the quota by enough to be held for
-	// 3 to 4 s.
-	paceProbe = 1.02
+	// paceProbe is how much a paced sink raises its pace a second
+	// without a throttle: it finds a raised quota, and the pace that the
+	// first throttles set too low. It was 2% a window (a measurement,
+	// 100 ms), 22% a second: 11 s after a throttle the pace was 8 times
+	// the quota, and the broker held the sink for 4 s (chains of 1 s
+	// throttles, Kafka's longest). At 3% a second a pace set at 0.9 of
+	// the quota reaches it in about 4 s, and the throttle there is short.
+	paceProbe = 1.03
 	// paceMargin is the share of the broker's measured rate a throttle
 	// sets the pace to: below the quota, so the debt of the window drains.
 	paceMargin = 0.9
@@ -75,10 +82,11 @@ const (
 // them is far above the quota: under a 150 KB/s quota at 1 s checkpoints,
 // the writer filled the producer, the broker held it for 6 to 8.5 s, and
 // every tenth checkpoint waited that long. So a throttle also sets a pace:
-// a little under the rate the broker took over its window (paceHorizon),
-// the holds counted. Writes then
-// keep to the pace (a token bucket), raised by paceProbe a window until
-// the next throttle, and forgotten after paceForget without one.
+// a little under the quota, which the throttle tells: what the client
+// wrote over the broker's window (paceHorizon, at least paceWindowMin),
+// over the window and the hold. Writes then keep to the pace (a token
+// bucket), raised by paceProbe a second until the next throttle, and
+// forgotten after paceForget without one.
 
 // inflightGate bounds the records written and not yet acknowledged. sent
 // and wait run on the writer's goroutine, done on the client's. The writer
@@ -118,8 +126,10 @@ type inflightGate struct {
 	tokens       float64
 	refilled     time.Time
 	// history holds the acknowledged count at each measurement of the
-	// last paceHorizon, oldest first.
+	// last paceHorizon, oldest first; young says it goes back to the
+	// gate's first write (no idle spell cleared it).
 	history []ackSample
+	young   bool
 }
 
 type ackSample struct {
@@ -128,7 +138,7 @@ type ackSample struct {
 }
 
 func newInflightGate(target time.Duration, max int64, now func() time.Time) *inflightGate {
-	g := &inflightGate{target: target, max: max, now: now, wake: make(chan struct{}, 1), origin: now()}
+	g := &inflightGate{target: target, max: max, now: now, wake: make(chan struct{}, 1), origin: now(), young: true}
 	g.limit = min(gateStart, max) // set by the first measurements
 	return g
 }
@@ -238,6 +248,7 @@ func (g *inflightGate) paceWait(ctx context.Context, d time.Duration, failed fun
 		if err := failed(); err != nil {
 			return err
 		}
+		g.measure() // a window at a time, as when writing
 		d = g.paceDelay()
 	}
 	return nil
@@ -281,9 +292,14 @@ func (g *inflightGate) measure() {
 	}
 	acked := g.acked.Load()
 	n := acked - g.fromAcked
+	// A long window is an idle spell unless a hold ended within
+	// paceIdle of its end: the writer waited for the broker then (in
+	// the gate, or in a barrier's flush), and what it measures is the
+	// hold's.
+	idle := now.Sub(g.origin)-time.Duration(g.heldUntil.Load()) > paceIdle
 	g.since, g.fromAcked = now, acked
 	throttled := time.Duration(g.throttled.Swap(0))
-	g.setPace(now, n, dt, throttled)
+	g.setPace(now, n, dt, throttled, idle)
 	if n == 0 && g.written == acked {
 		return
 	}
@@ -309,12 +325,13 @@ func (g *inflightGate) measure() {
 
 // setPace sets the pace from a window of dt in which n records were
 // acknowledged and the broker imposed throttles of throttled.
-func (g *inflightGate) setPace(now time.Time, n int64, dt, throttled time.Duration) {
+func (g *inflightGate) setPace(now time.Time, n int64, dt, throttled time.Duration, idle bool) {
 	acked := g.acked.Load()
-	if dt > paceIdle {
+	if dt > paceIdle && idle {
 		// The sink wrote nothing for a while: the window says nothing of
 		// a rate, nor does a throttle of the burst before it, long over.
 		g.history = append(g.history[:0], ackSample{now, acked})
+		g.young = false
 		return
 	}
 	g.history = append(g.history, ackSample{now, acked})
@@ -325,11 +342,23 @@ func (g *inflightGate) setPace(now time.Time, n int64, dt, throttled time.Durati
 	g.history = g.history[drop:]
 	switch {
 	case throttled > 0:
-		// What the broker took over its window, the holds included: the
-		// throttles bring that to the quota.
-		q := float64(n) / (dt + throttled).Seconds()
-		if first := g.history[0]; now.Sub(first.at) > dt {
-			q = max(q, float64(acked-first.acked)/now.Sub(first.at).Seconds())
+		// Kafka holds a client for the time its excess takes at the
+		// quota: the bytes of its window (quota.window.num samples, and
+		// never shorter than all but one of them, however young the
+		// client) less the quota's share, over the quota. So the quota
+		// is what the window took over the window and the hold. A sink
+		// that started fast is paced at its first throttle, however
+		// short: its excess is what the hold says, not what it wrote.
+		first := g.history[0]
+		window := now.Sub(first.at)
+		if g.young {
+			// Kafka's window of a client younger than it.
+			window = max(window, paceWindowMin)
+		}
+		q := float64(acked-first.acked) / (window + throttled).Seconds()
+		if now.Sub(first.at) <= dt {
+			// No history before this window (after an idle spell).
+			q = float64(n) / (dt + throttled).Seconds()
 		}
 		q = max(q*paceMargin, float64(gateMin)/g.target.Seconds())
 		if g.pace == 0 || q < g.pace {
@@ -342,7 +371,7 @@ func (g *inflightGate) setPace(now time.Time, n int64, dt, throttled time.Durati
 	case now.Sub(g.lastThrottle) > paceForget:
 		g.pace, g.tokens, g.refilled = 0, 0, time.Time{}
 	case !g.held(now):
-		g.pace *= paceProbe
+		g.pace *= math.Pow(paceProbe, dt.Seconds())
 	}
 }
 

@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"math"
 	"testing"
 	"time"
 )
@@ -136,13 +137,15 @@ func TestInflightGatePacesAfterAThrottle(t *testing.T) {
 	if g.pace != 0 || g.paceDelay() != 0 {
 		t.Fatalf("paced (%v) without a throttle", g.pace)
 	}
-	// A throttle: the broker took 1,000 records/s over its window.
+	// A throttle of 2 s after 11 s at 1,000 records/s: Kafka holds a
+	// client for the time its excess takes at the quota, so the quota is
+	// 11,000 records over 13 s.
 	g.sent()
 	g.done()
 	g.throttle(2 * time.Second)
 	c.t = c.t.Add(gateWindow)
 	g.measure()
-	if want := paceMargin * 1000; g.pace < want*0.9 || g.pace > want*1.1 {
+	if want := paceMargin * 11000 / 13; g.pace < want*0.95 || g.pace > want*1.05 {
 		t.Fatalf("pace %.0f records/s after the throttle, want about %.0f", g.pace, want)
 	}
 	// Held: windows inside the hold neither raise the pace nor take the
@@ -162,7 +165,8 @@ func TestInflightGatePacesAfterAThrottle(t *testing.T) {
 		t.Errorf("%d records at once: wait %v, want about 1 s at %.0f records/s", g.sinceCheck, d, g.pace)
 	}
 	g.sinceCheck = 0
-	// Past the hold, windows without a throttle raise it by paceProbe.
+	// Past the hold, windows without a throttle raise it by paceProbe a
+	// second.
 	for g.held(c.t.Add(gateWindow)) {
 		g.sent()
 		c.t = c.t.Add(gateWindow)
@@ -175,9 +179,9 @@ func TestInflightGatePacesAfterAThrottle(t *testing.T) {
 	g.sent()
 	c.t = g.heldEnd().Add(gateWindow / 2)
 	g.done()
-	before := g.pace
+	before, dt := g.pace, c.t.Sub(g.since)
 	g.measure()
-	if want := before * paceProbe; g.pace < want*0.999 || g.pace > want*1.001 {
+	if want := before * math.Pow(paceProbe, dt.Seconds()); g.pace <= before || g.pace < want*0.999 || g.pace > want*1.001 {
 		t.Errorf("a window without a throttle: pace %.1f -> %.1f, want %.1f", before, g.pace, want)
 	}
 	// paceForget without a throttle: no pace.
@@ -189,6 +193,28 @@ func TestInflightGatePacesAfterAThrottle(t *testing.T) {
 	}
 	if g.pace != 0 || g.paceDelay() != 0 {
 		t.Errorf("%v without a throttle: still paced at %.0f records/s", paceForget, g.pace)
+	}
+}
+
+// TestInflightGatePacesAYoungSinkAtItsFirstThrottle: Kafka measures a
+// client younger than its window as if it had written for all but one
+// sample of it (10 s), so a sink that writes at 3,000 records/s against a
+// quota of about 1,800 is first throttled after 6 s, briefly. That first
+// throttle must pace it at the quota: the rate it wrote at would run it
+// into holds of seconds (its checkpoints waited 5 s at the start of a
+// quota run).
+func TestInflightGatePacesAYoungSinkAtItsFirstThrottle(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	g := newInflightGate(time.Second, 1<<20, c.now)
+	ackAtRate(t, g, c, 3000, 6*time.Second)
+	g.sent()
+	g.done()
+	g.throttle(50 * time.Millisecond)
+	c.t = c.t.Add(gateWindow)
+	g.measure()
+	// 18,000 records in a window Kafka counts as 10 s, held 50 ms.
+	if want := paceMargin * 18000 / 10.05; g.pace < want*0.95 || g.pace > want*1.05 {
+		t.Fatalf("pace %.0f records/s after the first throttle, want about %.0f (the quota's 0.9)", g.pace, want)
 	}
 }
 
