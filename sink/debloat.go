@@ -54,6 +54,10 @@ const (
 	// by default), over which a throttle brings the client's rate to the
 	// quota.
 	paceHorizon = 11 * time.Second
+	// recordOverheadBytes is about what a record adds in a produce
+	// request to its key, value and headers (its length, attributes,
+	// deltas, and its share of the batch's header).
+	recordOverheadBytes = 16
 	// paceWindowMin is the shortest window Kafka measures a client's rate
 	// over: quota.window.num - 1 samples of quota.window.size.seconds,
 	// while the client is younger than that.
@@ -111,6 +115,10 @@ type inflightGate struct {
 	throttled atomic.Int64
 	heldUntil atomic.Int64
 	origin    time.Time
+	// quota is the producer quota the broker applies to the client id
+	// (bytes per second, as float64 bits), 0 while unknown or none: the
+	// first measurement paces the sink at it, before a throttle says it.
+	quota atomic.Uint64
 
 	// The writer's alone.
 	written    int64
@@ -125,6 +133,10 @@ type inflightGate struct {
 	lastThrottle time.Time
 	tokens       float64
 	refilled     time.Time
+	// bytes is the size of the records written; quotaPaced says the
+	// quota set the pace once.
+	bytes      int64
+	quotaPaced bool
 	// history holds the acknowledged count at each measurement of the
 	// last paceHorizon, oldest first; young says it goes back to the
 	// gate's first write (no idle spell cleared it).
@@ -145,6 +157,15 @@ func newInflightGate(target time.Duration, max int64, now func() time.Time) *inf
 
 // sent counts a record written.
 func (g *inflightGate) sent() { g.written++; g.sinceCheck++ }
+
+// sized counts the bytes of a record written.
+func (g *inflightGate) sized(n int) { g.bytes += int64(n) }
+
+// knowQuota tells the gate the quota the broker applies to its client id,
+// bytes per second. Any goroutine.
+func (g *inflightGate) knowQuota(bytesPerSecond float64) {
+	g.quota.Store(math.Float64bits(bytesPerSecond))
+}
 
 // done counts a record acknowledged (or failed).
 func (g *inflightGate) done() {
@@ -340,6 +361,18 @@ func (g *inflightGate) setPace(now time.Time, n int64, dt, throttled time.Durati
 		drop++
 	}
 	g.history = g.history[drop:]
+	if q := math.Float64frombits(g.quota.Load()); q > 0 && !g.quotaPaced && g.pace == 0 && g.written > 0 && throttled == 0 {
+		// The quota, known before a throttle: a sink that starts at
+		// full speed runs far past it before the broker's window (10 s
+		// for a young client) shows it, and then owes seconds. Paced as
+		// a throttle would, and as it then would, forgotten after
+		// paceForget without one.
+		g.quotaPaced = true
+		perRecord := float64(g.bytes)/float64(g.written) + recordOverheadBytes
+		g.pace = max(paceMargin*q/perRecord, float64(gateMin)/g.target.Seconds())
+		g.lastThrottle = now
+		return
+	}
 	switch {
 	case throttled > 0:
 		// Kafka holds a client for the time its excess takes at the

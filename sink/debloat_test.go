@@ -196,6 +196,26 @@ func TestInflightGatePacesAfterAThrottle(t *testing.T) {
 	}
 }
 
+// TestInflightGatePacesAtAKnownQuota: told the producer quota of its
+// client id, the gate paces at the first measurement, before any
+// throttle, at 0.9 of the quota in records of the size written.
+func TestInflightGatePacesAtAKnownQuota(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	g := newInflightGate(time.Second, 1<<20, c.now)
+	g.knowQuota(150000)
+	for range 300 {
+		g.sent()
+		g.sized(34)
+		g.done()
+	}
+	g.measure()
+	c.t = c.t.Add(gateWindow)
+	g.measure()
+	if want := paceMargin * 150000 / (34 + recordOverheadBytes); g.pace < want*0.999 || g.pace > want*1.001 {
+		t.Fatalf("pace %.0f records/s for records of 34 bytes, want %.0f", g.pace, want)
+	}
+}
+
 // TestInflightGatePacesAYoungSinkAtItsFirstThrottle: Kafka measures a
 // client younger than its window as if it had written for all but one
 // sample of it (10 s), so a sink that writes at 3,000 records/s against a

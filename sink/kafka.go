@@ -2,11 +2,14 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
 
@@ -197,6 +200,7 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, lo
 	if err := g.Wait(); err != nil {
 		return nil, fmt.Errorf("kafka sink %s, task %d: %w", info.Operator, info.Task, err)
 	}
+	w.lookupQuota(ctx)
 	w.openNext()
 	return w, nil
 }
@@ -255,6 +259,41 @@ func (w *txnWriter[T]) initSlot(ctx context.Context, i int) error {
 	return nil
 }
 
+// lookupQuota tells the gate the producer quota of the writer's client
+// id, if it bounds output in flight by time and the broker says (a
+// principal without DESCRIBE_CONFIGS on the cluster is told no: its first
+// throttle paces it instead).
+func (w *txnWriter[T]) lookupQuota(ctx context.Context) {
+	if w.cfg.FlushTarget <= 0 {
+		return
+	}
+	i := slices.IndexFunc(w.clients, func(c *kgo.Client) bool { return c != nil })
+	if i < 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	q, err := producerQuota(ctx, kadm.NewClient(w.clients[i]), w.clientID)
+	switch {
+	case err == nil:
+		w.gate.knowQuota(q)
+		w.log.Info("kafka sink paces its output under the producer quota of its client id",
+			"client_id", w.clientID, "bytes_per_s", q)
+	case !errors.Is(err, errNoQuota):
+		w.log.Debug("kafka sink could not read its producer quota: a throttle will pace it", "client_id", w.clientID, "err", err)
+	}
+}
+
+// recordSize is about the bytes r takes in a produce request, before its
+// overhead: its key, value and headers.
+func recordSize(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
 // openNext picks the slot of the next transaction as soon as one is free,
 // not at the next record: a writer keeps writing into the slot it picked
 // until it pre-commits there. A zombie writer's picked slot is one the new
@@ -311,6 +350,7 @@ func (w *txnWriter[T]) produce(ctx context.Context, r *kgo.Record) error {
 	}
 	w.written++
 	w.gate.sent()
+	w.gate.sized(recordSize(r))
 	cl.Produce(ctx, r, w.promises[w.cur])
 	return nil
 }
