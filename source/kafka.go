@@ -74,6 +74,7 @@ type reader[T any] struct {
 	shared *consumer
 	slot   *slot
 	buf    []*kgo.Record
+	joined bool // counted among its Consumers' readers
 	part   int32
 	// next is, per topic, the offset after the last record Poll returned
 	// (or dead-lettered); before the first, the restored or start offset.
@@ -117,13 +118,26 @@ func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, rest
 		marks:  map[string]*upstream{},
 	}
 
-	if cfg.Consumers != nil {
+	switch {
+	case cfg.Consumers == nil:
+		if r.cl, err = r.ownClient(cfg.ClientOpts...); err != nil {
+			return nil, err
+		}
+	case !cfg.Consumers.join(info.Operator):
+		r.joined = true
+		if r.cl, err = r.ownClient(cfg.Consumers.clientOpts(info.Operator, info.Task)...); err != nil {
+			cfg.Consumers.leave(info.Operator)
+			r.joined = false
+			return nil, err
+		}
+	default:
+		r.joined = true
 		if r.shared, err = cfg.Consumers.acquire(info.Operator, cfg.Brokers, log); err != nil {
+			cfg.Consumers.leave(info.Operator)
+			r.joined = false
 			return nil, err
 		}
 		r.cl = r.shared.cl
-	} else if r.cl, err = r.ownClient(cfg.ClientOpts...); err != nil {
-		return nil, err
 	}
 	defer func() {
 		if err != nil {
@@ -198,7 +212,7 @@ func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, rest
 			log.Info("kafka source reads with a client of its own: its partition is still another reader's", "reason", err)
 			r.shared.release()
 			r.shared = nil
-			if r.cl, err = r.ownClient(cfg.Consumers.clientOpts(info.Operator)...); err != nil {
+			if r.cl, err = r.ownClient(cfg.Consumers.clientOpts(info.Operator, info.Task)...); err != nil {
 				return nil, err
 			}
 		default:
@@ -553,6 +567,9 @@ func (r *reader[T]) Close() error {
 	}
 	if r.own && r.cl != nil {
 		r.cl.Close()
+	}
+	if r.joined {
+		r.cfg.Consumers.leave(r.source)
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ func TestSharedConsumer(t *testing.T) {
 		}
 	}) {
 		t.Run(name, func(t *testing.T) {
-			shared = source.NewConsumers(0, nil)
+			shared = source.NewConsumers(0, 1, nil)
 			t.Cleanup(func() {
 				if n := shared.Clients(); len(n) != 0 {
 					t.Errorf("clients left open after the readers closed: readers %v", n)
@@ -74,7 +74,7 @@ func TestSharedReadersStayApart(t *testing.T) {
 	// A queue of 8 KiB holds about 50 records: a reader not polled pauses
 	// its partition after a fetch or two.
 	var opened []string // the clients opened with the Consumers' options
-	cs := source.NewConsumers(8<<10, func(name string) []kgo.Opt {
+	cs := source.NewConsumers(8<<10, 1, func(name string, _ int) []kgo.Opt {
 		opened = append(opened, name)
 		return []kgo.Opt{kgo.ClientID("weir-test-" + name)}
 	})
@@ -131,5 +131,42 @@ func TestSharedReadersStayApart(t *testing.T) {
 	}
 	if got := cs.Clients(); len(got) != 0 {
 		t.Fatalf("clients left open after every reader closed: readers %v", got)
+	}
+}
+
+// TestConsumersShareFromTheNthReader: the first readers of a source have
+// clients of their own; from the shareFrom-th open at once, they share one.
+func TestConsumersShareFromTheNthReader(t *testing.T) {
+	c := testcluster.Kafka(t)
+	topic := testcluster.UniqueName(t, "in")
+	createTopics(t, c, 4, topic)
+	cs := source.NewConsumers(0, 3, nil)
+	cfg := source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str, Consumers: cs}
+	var readers []engine.SourceReader[string]
+	for p := range 4 {
+		readers = append(readers, openReader(t, cfg, p, nil))
+	}
+	if got := cs.Clients(); !slices.Equal(got, []int{2}) {
+		t.Fatalf("4 readers, sharing from the 3rd: shared clients and their readers %v, want one of 2", got)
+	}
+	readers[0].Close()
+	readers[0] = openReader(t, cfg, 0, nil)
+	if got := cs.Clients(); !slices.Equal(got, []int{3}) {
+		t.Fatalf("a reader reopened while 3 are open: shared clients and their readers %v, want one of 3", got)
+	}
+	pr := producer(t, c)
+	for p := range int32(4) {
+		produce(t, pr, topic, p, values(fmt.Sprintf("p%d-", p), 0, 3)...)
+	}
+	for p, r := range readers {
+		if got, want := drain(t, r, 3).Values, values(fmt.Sprintf("p%d-", p), 0, 3); !slices.Equal(got, want) {
+			t.Fatalf("reader %d: %v, want %v", p, got, want)
+		}
+	}
+	for _, r := range readers {
+		r.Close()
+	}
+	if got := cs.Clients(); len(got) != 0 {
+		t.Fatalf("clients left open after every reader closed: %v", got)
 	}
 }

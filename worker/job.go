@@ -85,12 +85,17 @@ func jobEnv(c *Config, st *Stats, k *kpromSet, kafka []kgo.Opt) (*jobenv.Env, er
 			}
 			return opts
 		},
-		// The tasks' readers of a source share one client: one fetch
-		// per broker for all the worker's partitions, not one per task.
-		Consumers: source.NewConsumers(c.Memory.queueBytes(), func(client string) []kgo.Opt {
+		// From the 8th task of a worker on, the tasks' readers of a
+		// source share one client: one fetch per broker for all their
+		// partitions, not one per task.
+		Consumers: source.NewConsumers(c.Memory.queueBytes(), 0, func(client string, task int) []kgo.Opt {
 			opts := slices.Clip(sourceOpts)
 			if k != nil {
-				opts = append(opts, kgo.WithHooks(k.hook(prometheus.Labels{"task": "shared", "client": client})))
+				label := strconv.Itoa(task)
+				if task < 0 {
+					label = "shared"
+				}
+				opts = append(opts, kgo.WithHooks(k.hook(prometheus.Labels{"task": label, "client": client})))
 			}
 			return opts
 		}),

@@ -13,14 +13,14 @@ import (
 
 // Memory bounds the records a worker's tasks hold in memory on their way
 // from the input to the output; keyed state has its own settings
-// (--state-memtable-size, --state-cache-size). Per source, the tasks'
-// readers share one consumer: --fetch-max-bytes (one fetch buffered at a
-// time, each taking at most --fetch-max-partition-bytes of a partition, or
-// one batch if larger). Per task, about:
+// (--state-memtable-size, --state-cache-size). A task's consumer, and the
+// one the tasks from the 8th on share, buffer --fetch-max-bytes each (one
+// fetch at a time, each taking at most --fetch-max-partition-bytes of a
+// partition, or one batch if larger). Per task, about:
 //
-//	queue:     3 × --fetch-max-partition-bytes of its partitions' records
-//	           fetched and not yet read (then they are paused), plus the
-//	           fetch that fills it
+//	queue:     4 × --fetch-max-partition-bytes of its partitions' records
+//	           fetched and not yet read, in a shared consumer (then they
+//	           are paused), plus the fetch that fills it
 //	in flight: --batch-size records per poll, and per input of a
 //	           multi-input operator --channel-capacity batches of them
 //	output:    --producer-buffer-bytes (or --producer-buffer-records) not
@@ -36,8 +36,8 @@ type Memory struct {
 	// ChannelCapacity is how many batches each input channel of a
 	// multi-input operator (union, connect, join) holds. Default 4.
 	ChannelCapacity int
-	// FetchMaxBytes bounds one fetch of a source's Kafka consumer, which
-	// the worker's tasks share (Kafka's
+	// FetchMaxBytes bounds one fetch of a task's Kafka consumer, or of
+	// the one the tasks from the 8th on share (Kafka's
 	// fetch.max.bytes). Default 16 MiB; at most 64 MiB (franz-go reads
 	// responses of up to 100 MiB).
 	FetchMaxBytes int64
@@ -90,7 +90,7 @@ const (
 func (m *Memory) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&m.BatchSize, "batch-size", m.BatchSize, "records per poll of the input and per batch between a task's goroutines")
 	fs.IntVar(&m.ChannelCapacity, "channel-capacity", m.ChannelCapacity, "batches each input of a multi-input operator (union, connect, join) holds")
-	fs.Var(cli.Bytes{V: &m.FetchMaxBytes}, "fetch-max-bytes", "most bytes of one fetch of a source's consumer, shared by the worker's tasks (fetch.max.bytes)")
+	fs.Var(cli.Bytes{V: &m.FetchMaxBytes}, "fetch-max-bytes", "most bytes of one fetch of a task's consumer, or of the one the tasks from the 8th on share (fetch.max.bytes)")
 	fs.Var(cli.Bytes{V: &m.FetchMaxPartitionBytes}, "fetch-max-partition-bytes", "most bytes one fetch takes of a partition, unless a single batch is larger (max.partition.fetch.bytes)")
 	fs.Var(cli.Bytes{V: &m.MaxRecordBytes}, "max-record-bytes", "largest input record (key, value, headers) the job processes; larger ones are bad records (--on-decode-error)")
 	fs.Var(cli.Bytes{V: &m.ProducerBatchMaxBytes}, "producer-batch-max-bytes", "largest record batch written to the output and repartition topics, so the largest output record (at most the topics' max.message.bytes)")
@@ -146,8 +146,8 @@ func (m *Memory) sourceOpts() []kgo.Opt {
 }
 
 // queueBytes bounds a reader's queue in its source's shared consumer
-// before its partition is paused: three partition fetches.
-func (m *Memory) queueBytes() int64 { return 3 * m.FetchMaxPartitionBytes }
+// before its partition is paused: four partition fetches.
+func (m *Memory) queueBytes() int64 { return 4 * m.FetchMaxPartitionBytes }
 
 // deadLetterBatchBytes is the batch limit of the dead-letter producer.
 const deadLetterBatchBytes = 96 << 20
