@@ -79,36 +79,16 @@ func (l *lagCommitter) offer(task int, ps []checkpoint.SourcePosition) {
 	}
 }
 
-// lagCommitEvery spaces the lag group's commits: a look at the lag needs
-// no more, and at 100 ms checkpoints committing each completion was an
-// OffsetCommit (a write to __consumer_offsets) per task 10 times a second.
-const lagCommitEvery = time.Second
-
-// run commits until ctx ends, then commits what is left once. Positions
-// offered within lagCommitEvery of a commit wait for the next one, the
-// newest of each task replacing the older.
+// run commits until ctx ends, then commits what is left once.
 func (l *lagCommitter) run(ctx context.Context) {
-	final := func() {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		l.commit(fctx)
-		cancel()
-	}
-	var last time.Time
 	for {
 		select {
 		case <-l.wake:
-			if wait := lagCommitEvery - time.Since(last); wait > 0 {
-				select {
-				case <-time.After(wait):
-				case <-ctx.Done():
-					final()
-					return
-				}
-			}
 			l.commit(ctx)
-			last = time.Now()
 		case <-ctx.Done():
-			final()
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			l.commit(final)
+			cancel()
 			return
 		}
 	}
