@@ -225,20 +225,25 @@ func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, rest
 
 // ownClient opens a client of the reader's own, with extra options.
 func (r *reader[T]) ownClient(extra ...kgo.Opt) (*kgo.Client, error) {
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(r.cfg.Brokers...),
-		kgo.WithLogger(kgoLogger{r.log}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		// A position no longer in the log (retention, truncation) is data
-		// the job never saw: fail the task instead of resetting silently.
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-	}
-	cl, err := kgo.NewClient(append(opts, extra...)...)
+	cl, err := kgo.NewClient(append(consumerOpts(r.cfg.Brokers, r.log), extra...)...)
 	if err != nil {
 		return nil, err
 	}
 	r.own = true
 	return cl, nil
+}
+
+// consumerOpts are the options every reader's client starts with, its own
+// or shared, before the caller's.
+func consumerOpts(brokers []string, log *slog.Logger) []kgo.Opt {
+	return []kgo.Opt{
+		kgo.SeedBrokers(brokers...),
+		kgo.WithLogger(kgoLogger{log}),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		// A position no longer in the log (retention, truncation) is data
+		// the job never saw: fail the task instead of resetting silently.
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+	}
 }
 
 // restore takes the positions of a checkpoint. A position for another

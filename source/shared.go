@@ -118,15 +118,9 @@ func (cs *Consumers) acquire(name string, brokers []string, log *slog.Logger) (*
 		c.refs++
 		return c, nil
 	}
-	opts := []kgo.Opt{
-		kgo.SeedBrokers(brokers...),
-		kgo.WithLogger(kgoLogger{log}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
-		// A partition resumed after a pause joins the next fetch, after
-		// the one in flight ends: an idle fetch must not hold it long.
-		kgo.FetchMaxWait(250 * time.Millisecond),
-	}
+	// A partition resumed after a pause joins the next fetch, after the
+	// one in flight ends: an idle fetch must not hold it long.
+	opts := append(consumerOpts(brokers, log), kgo.FetchMaxWait(250*time.Millisecond))
 	cl, err := kgo.NewClient(append(opts, cs.clientOpts(name, -1)...)...)
 	if err != nil {
 		return nil, err
