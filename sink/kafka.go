@@ -139,6 +139,11 @@ type txnWriter[T any] struct {
 	promises []func(*kgo.Record, error)
 	gate     *inflightGate
 	clientID string
+	// topics are the topics the open transaction wrote, and loaded, per
+	// slot, the topics whose partitions its client has stored (see
+	// awaitTopicsLoaded).
+	topics []string
+	loaded []map[string]bool
 }
 
 func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, log *slog.Logger, restored []checkpoint.Committable) (_ *txnWriter[T], err error) {
@@ -157,6 +162,7 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, lo
 		// producer client ids do.
 		clientID: fmt.Sprintf("%s-%d", prefix, info.Task),
 		clients:  make([]*kgo.Client, cfg.poolSize()),
+		loaded:   make([]map[string]bool, cfg.poolSize()),
 		pool:     newPool(cfg.poolSize()),
 		cur:      -1,
 		marks:    newMarks(cfg, info),
@@ -256,6 +262,7 @@ func (w *txnWriter[T]) initSlot(ctx context.Context, i int) error {
 	}
 	w.log.Debug("transactional id initialised", "transactional_id", w.ids[i], "producer_id", pid, "epoch", epoch)
 	w.clients[i] = cl
+	w.loaded[i] = map[string]bool{}
 	return nil
 }
 
@@ -344,6 +351,10 @@ func (w *txnWriter[T]) produce(ctx context.Context, r *kgo.Record) error {
 		if err := cl.BeginTransaction(); err != nil {
 			return fmt.Errorf("begin transaction on %s: %w", w.ids[w.cur], err)
 		}
+		w.topics = w.topics[:0]
+	}
+	if n := len(w.topics); n == 0 || w.topics[n-1] != r.Topic {
+		w.noteTopic(r.Topic)
 	}
 	if err := w.gate.wait(ctx, w.failed.get); err != nil {
 		return err
@@ -354,6 +365,58 @@ func (w *txnWriter[T]) produce(ctx context.Context, r *kgo.Record) error {
 	cl.Produce(ctx, r, w.promises[w.cur])
 	return nil
 }
+
+// noteTopic adds topic to the topics the open transaction wrote, once.
+func (w *txnWriter[T]) noteTopic(topic string) {
+	if !slices.Contains(w.topics, topic) {
+		w.topics = append(w.topics, topic)
+	}
+}
+
+// awaitTopicsLoaded waits, after the flush, until the open transaction's
+// client has stored the partitions of every topic the transaction wrote.
+//
+// franz-go, producing to a topic its client has not yet loaded, buffers the
+// records, loads the topic's metadata, hands the records to their
+// partitions, and only then stores the partitions where EndTransaction
+// looks for the ones a transaction added. A transaction whose produce
+// completes in between (seen on kfake under load; the window is a few
+// instructions of the metadata goroutine) is ended by EndTransaction as an
+// abort, because it finds no partition added, and EndTransaction returns
+// nil: the checkpoint's output would be lost and nothing would say so. A
+// topic is waited for once per client; a client keeps a loaded topic's
+// partitions.
+func (w *txnWriter[T]) awaitTopicsLoaded(ctx context.Context) error {
+	cl, known := w.clients[w.cur], w.loaded[w.cur]
+	for _, topic := range w.topics {
+		if known[topic] {
+			continue
+		}
+		wait := 50 * time.Microsecond
+		deadline := time.Now().Add(topicLoadTimeout)
+		for {
+			if leader, _, _ := cl.PartitionLeader(topic, 0); leader >= 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("transaction %s wrote to %s, but its client has not stored the topic's partitions after %v: "+
+					"ending the transaction now could abort it instead of committing it", w.ids[w.cur], topic, topicLoadTimeout)
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+			wait = min(2*wait, 10*time.Millisecond)
+		}
+		known[topic] = true
+	}
+	return nil
+}
+
+// topicLoadTimeout bounds awaitTopicsLoaded: a leader missing for longer
+// fails the checkpoint, loudly.
+const topicLoadTimeout = 30 * time.Second
 
 // maxInFlight caps the gate's bound; the producer's own buffer
 // (kgo.MaxBufferedRecords) blocks Produce before it anyway.
@@ -369,6 +432,9 @@ func (w *txnWriter[T]) PreCommit(ctx context.Context, id checkpoint.ID) ([]check
 			return nil, fmt.Errorf("flush transaction %s: %w", w.ids[w.cur], err)
 		}
 		if err := w.failed.get(); err != nil {
+			return nil, err
+		}
+		if err := w.awaitTopicsLoaded(ctx); err != nil {
 			return nil, err
 		}
 		// Read after the flush: the producer id and epoch the broker
