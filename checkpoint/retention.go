@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 )
@@ -123,6 +124,14 @@ type Retainer struct {
 	// it holds while List shows it.
 	refs map[string][]string
 
+	// told holds the shared files of the manifests Completed was given
+	// since the last call, by checkpoint, so that a call need not read
+	// back what its own owner wrote (at 100 ms checkpoints, ten manifests
+	// a second, most of them deleted unread otherwise). Its own lock:
+	// Completed runs on the driver, which must not wait for a call.
+	toldMu sync.Mutex
+	told   map[ID]toldManifest
+
 	// eagerSweep deletes every unreferenced shared file at once. It is
 	// unsafe, and there only so that tests show they catch it.
 	eagerSweep bool
@@ -147,6 +156,57 @@ func NewRetainer(st Storage, job string, task int, opts RetainOptions) *Retainer
 		concurrency: opts.Concurrency,
 		log:         opts.Logger.With("job", job, "task", task),
 	}
+}
+
+// toldManifest is what Completed keeps of a manifest.
+type toldManifest struct {
+	name  string
+	files []string
+}
+
+// maxTold bounds the manifests a Retainer keeps from Completed between
+// two calls; past it, the oldest are dropped (and read back if needed).
+const maxTold = 256
+
+// Completed tells r the manifest m of a checkpoint of its task that its
+// owner wrote (PutIfAbsent succeeded) and completed, so that the next
+// call takes m's shared files from here instead of reading the object
+// back. An object is never rewritten once written, so the name holds m
+// for as long as List shows it. A manifest of another job or task is
+// ignored.
+func (r *Retainer) Completed(m Manifest) {
+	if m.Job != r.job || m.Task != r.task {
+		return
+	}
+	r.toldMu.Lock()
+	defer r.toldMu.Unlock()
+	if r.told == nil {
+		r.told = make(map[ID]toldManifest)
+	}
+	r.told[m.Checkpoint] = toldManifest{name: ManifestName(r.job, r.task, m.Checkpoint), files: stateFiles(m)}
+	if len(r.told) > maxTold {
+		delete(r.told, slices.Min(slices.Collect(maps.Keys(r.told))))
+	}
+}
+
+// toldRefs returns the shared files of manifest name of checkpoint id if
+// Completed was given it.
+func (r *Retainer) toldRefs(name string, id ID) ([]string, bool) {
+	r.toldMu.Lock()
+	defer r.toldMu.Unlock()
+	t, ok := r.told[id]
+	if !ok || t.name != name {
+		return nil, false
+	}
+	return t.files, true
+}
+
+// forgetTold drops what Completed gave of checkpoints at or below newest:
+// a call has taken them into refs or deleted them.
+func (r *Retainer) forgetTold(newest ID) {
+	r.toldMu.Lock()
+	defer r.toldMu.Unlock()
+	maps.DeleteFunc(r.told, func(id ID, _ toldManifest) bool { return id <= newest })
 }
 
 // Retain runs retention once with a fresh Retainer: it deletes old
@@ -273,6 +333,7 @@ func (r *Retainer) Retain(ctx context.Context, inProgress ...ID) (deleted []stri
 	}
 	r.marked, r.markedAt, r.haveMark = marks, newest, true
 	r.refs = refs
+	r.forgetTold(newest)
 	slices.Sort(deleted)
 	if len(deleted) > 0 {
 		r.log.Info("retention deleted old checkpoint data",
@@ -323,10 +384,19 @@ func (r *Retainer) manifestRefs(ctx context.Context, name string, id ID) ([]stri
 	if files, ok := r.refs[name]; ok {
 		return files, nil
 	}
+	if files, ok := r.toldRefs(name, id); ok {
+		return files, nil
+	}
 	m, err := ReadManifest(ctx, r.st, r.job, r.task, id)
 	if err != nil {
 		return nil, err
 	}
+	return stateFiles(m), nil
+}
+
+// stateFiles returns the names of the files m's operators' state
+// references.
+func stateFiles(m Manifest) []string {
 	var files []string
 	for _, op := range m.Operators {
 		if op.State == nil {
@@ -336,5 +406,5 @@ func (r *Retainer) manifestRefs(ctx context.Context, name string, id ID) ([]stri
 			files = append(files, f.Name)
 		}
 	}
-	return files, nil
+	return files
 }

@@ -198,15 +198,23 @@ func (m *retainModel) startCheckpoint() *modelCheckpoint {
 	if !m.noFail && m.rng.IntN(6) == 0 {
 		failAt = m.rng.IntN(len(c.steps) + 1)
 	}
+	r := m.r // the owner's Retainer, told of what it completes
 	c.steps = append(c.steps, func() error {
-		b, err := EncodeManifest(Manifest{
+		man := Manifest{
 			Version: FormatVersion, Job: "j", Task: 0, Checkpoint: c.id,
 			Operators: []Ack{{Operator: modelOp, State: &StateHandle{Backend: "model", Files: c.refs}}},
-		})
+		}
+		b, err := EncodeManifest(man)
 		if err != nil {
 			return err
 		}
-		return m.st.PutIfAbsent(ctx, ManifestName("j", 0, c.id), b)
+		if err := m.st.PutIfAbsent(ctx, ManifestName("j", 0, c.id), b); err != nil {
+			return err
+		}
+		if m.rng.IntN(2) == 0 {
+			r.Completed(man) // as the driver does; half the time, so both paths run
+		}
+		return nil
 	})
 	if failAt >= 0 {
 		c.steps = slices.Insert(c.steps, failAt, func() error { return errors.New("injected checkpoint failure") })

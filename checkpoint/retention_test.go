@@ -253,3 +253,58 @@ func TestRetainerReadsEachManifestOnce(t *testing.T) {
 		t.Errorf("left\n%q, want\n%q", got, want)
 	}
 }
+
+// TestRetainerTakesCompletedManifests: manifests the owner told the
+// Retainer of (Completed, as the driver does) are never read back, also
+// those written and dropped between two calls, and retention deletes by
+// their references as it does by those it reads: the shared file only a
+// dropped manifest referenced goes; those a retained one references stay.
+func TestRetainerTakesCompletedManifests(t *testing.T) {
+	ctx := context.Background()
+	st := &countingGets{Storage: NewMemory(MemoryOptions{}), gets: map[string]int{}}
+	r := NewRetainer(st, "j", 0, RetainOptions{Retained: 2})
+	tell := func(id ID) {
+		t.Helper()
+		m, err := ReadManifest(ctx, st.Storage, "j", 0, id) // not through the counter
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Completed(m)
+	}
+	putCheckpoint(t, st, 1, []string{"a", "old"}, nil, true)
+	tell(1)
+	for id := ID(2); id <= 9; id++ {
+		putCheckpoint(t, st, id, []string{"a", "s" + fmt.Sprint(id)}, []string{"p"}, true)
+		tell(id)
+		if id%3 == 0 { // three checkpoints a call: some written and dropped unseen
+			if _, err := r.Retain(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// A manifest of another task is not taken for this one's.
+	r.Completed(Manifest{Job: "j", Task: 1, Checkpoint: 10})
+	putCheckpoint(t, st, 10, []string{"a", "s10"}, nil, true)
+	if _, err := r.Retain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for name, n := range st.gets {
+		if name != ManifestName("j", 0, 10) {
+			t.Errorf("%s read %d times; the Retainer was told it", name, n)
+		} else if n != 1 {
+			t.Errorf("%s read %d times, want once (it was not told of it)", name, n)
+		}
+	}
+	want := []string{ManifestName("j", 0, 9), ManifestName("j", 0, 10), CheckpointDir("j", 0, 9) + "p"}
+	for _, s := range []string{"a", "s8", "s9", "s10"} {
+		want = append(want, SharedDir("j", 0)+s)
+	}
+	slices.Sort(want)
+	got := listAll(t, st)
+	// s8 was last referenced by checkpoint 8, dropped at this call: rule 2a
+	// deletes it.
+	want = slices.DeleteFunc(want, func(n string) bool { return n == SharedDir("j", 0)+"s8" })
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("left\n%q, want\n%q", got, want)
+	}
+}

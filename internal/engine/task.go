@@ -228,12 +228,12 @@ func (t *task) NotifyComplete(id checkpoint.ID) {
 
 // retention deletes what no retained checkpoint needs, after a completed
 // checkpoint, at most once per ten checkpoint intervals or a second: each
-// call lists the task's objects and reads the retained manifests, which at
-// 100 ms checkpoints cost more CPU than the checkpoints themselves.
+// call lists the task's objects, which at 100 ms checkpoints cost more CPU
+// than the checkpoints themselves. The driver tells r the manifest of each
+// checkpoint it completes, so that r need not read it back.
 // Deleting later is safe (see checkpoint.Retainer). Its failures are
 // logged, never fatal: the next call finishes the work.
-func (t *task) retention(ctx context.Context) error {
-	r := checkpoint.NewRetainer(t.storage, t.job, t.id, checkpoint.RetainOptions{Retained: t.cfg.Retained, Logger: t.log})
+func (t *task) retention(ctx context.Context, r *checkpoint.Retainer) error {
 	for {
 		select {
 		case <-ctx.Done():
@@ -330,6 +330,10 @@ func (t *task) run(ctx context.Context) (err error) {
 	}
 	participants := t.plan.Operators()
 	coord := checkpoint.NewCoordinator(t.cfg.Checkpoint, participants, highest, time.Now())
+	var retainer *checkpoint.Retainer
+	if t.cfg.Retained > 0 {
+		retainer = checkpoint.NewRetainer(t.storage, t.job, t.id, checkpoint.RetainOptions{Retained: t.cfg.Retained, Logger: t.log})
+	}
 	t.driver = checkpoint.NewDriver(checkpoint.DriverConfig{
 		Coordinator: coord,
 		Storage:     t.storage,
@@ -338,7 +342,12 @@ func (t *task) run(ctx context.Context) (err error) {
 		Epoch:       t.epoch,
 		Executor:    t,
 		Logger:      t.cfg.Logger, // the driver adds job and task itself
-		OnComplete:  func(m checkpoint.Manifest) { t.observer.CheckpointCompleted(t.job, t.id, m) },
+		OnComplete: func(m checkpoint.Manifest) {
+			if retainer != nil {
+				retainer.Completed(m)
+			}
+			t.observer.CheckpointCompleted(t.job, t.id, m)
+		},
 		OnAborted:   func(id checkpoint.ID, err error) { t.observer.CheckpointAborted(t.job, t.id, id, err) },
 	})
 
@@ -366,9 +375,9 @@ func (t *task) run(ctx context.Context) (err error) {
 
 	dctx, stopDriver := context.WithCancel(gctx)
 	defer stopDriver()
-	if t.cfg.Retained > 0 {
+	if retainer != nil {
 		t.retain = make(chan struct{}, 1)
-		g.Go(func() error { return t.retention(dctx) })
+		g.Go(func() error { return t.retention(dctx, retainer) })
 	}
 	g.Go(func() error { return t.driver.Run(dctx) })
 	var live sync.WaitGroup
