@@ -348,7 +348,7 @@ func (t *task) run(ctx context.Context) (err error) {
 			}
 			t.observer.CheckpointCompleted(t.job, t.id, m)
 		},
-		OnAborted:   func(id checkpoint.ID, err error) { t.observer.CheckpointAborted(t.job, t.id, id, err) },
+		OnAborted: func(id checkpoint.ID, err error) { t.observer.CheckpointAborted(t.job, t.id, id, err) },
 	})
 
 	// Everything the task starts stops when any part of it fails: senders
