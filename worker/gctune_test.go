@@ -7,8 +7,9 @@ import (
 	"time"
 )
 
-// TestGCPercentFor: 400% of a small live heap, 128 MiB of growth past
-// it for a larger one, never under Go's 100%.
+// TestGCPercentFor: 400% of a small live heap, then 128 MiB of growth
+// past it, twice the live heap from 64 MiB live, 512 MiB from 256 MiB
+// live, never under Go's 100%.
 func TestGCPercentFor(t *testing.T) {
 	for _, tc := range []struct {
 		live uint64
@@ -17,9 +18,12 @@ func TestGCPercentFor(t *testing.T) {
 		{0, DefaultGCPercent},
 		{16 << 20, DefaultGCPercent},
 		{32 << 20, DefaultGCPercent},
+		{40 << 20, 320},
 		{64 << 20, 200},
-		{128 << 20, 100},
-		{256 << 20, 100},
+		{160 << 20, 200},
+		{256 << 20, 200},
+		{384 << 20, 133},
+		{512 << 20, 100},
 		{2 << 30, 100},
 	} {
 		if got := gcPercentFor(tc.live); got != tc.want {
@@ -46,8 +50,8 @@ func TestGCTargetFollowsLiveHeap(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	big := make([]byte, gcHeadroom+64<<20)
-	for i := range big {
+	big := make([]byte, maxGCGrowth+64<<20)
+	for i := 0; i < len(big); i += 4096 {
 		big[i] = byte(i) // touched, so it is a live heap a collection measures
 	}
 	waitFor(100)

@@ -43,8 +43,9 @@ func Main(jobs ...Job) {
 
 // DefaultGCPercent is the garbage collector's target a worker process
 // runs with unless GOGC is set: a collection once the heap has grown by 4
-// times the live heap, not 1 (Go's default), but by 256 MiB at most (and
-// never less than Go's default; see gctune.go). The collector's assists
+// times the live heap, not 1 (Go's default), for a small live heap; for a
+// larger one by twice it, but by 128 to 512 MiB (and never less than
+// Go's default; see gctune.go). The collector's assists
 // stalled the tasks: on the benchmark's count job it raised throughput
 // by a third for about twice the memory (docs/benchmarks.md).
 const DefaultGCPercent = 400
