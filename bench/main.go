@@ -192,6 +192,8 @@ func childMain(args []string) (code int, child bool) {
 		return passthroughMain(args[1:]), true
 	case "last":
 		return lastMain(args[1:]), true
+	case "txncost":
+		return txnCostMain(args[1:]), true
 	}
 	return 0, false
 }

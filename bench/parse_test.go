@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -250,5 +251,30 @@ func TestVerifySoFar(t *testing.T) {
 				t.Errorf("verifySoFar: %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestTxnCostArgs: bench txncost refuses what it cannot measure, naming
+// the flag.
+func TestTxnCostArgs(t *testing.T) {
+	self := os.Getpid()
+	for _, tc := range []struct {
+		brokers   string
+		pid, n    int
+		every, fr time.Duration
+		err       string // in the error; "" for none
+	}{
+		{"127.0.0.1:9092", self, 64, time.Second, 20 * time.Second, ""},
+		{"", self, 64, time.Second, 20 * time.Second, "--brokers"},
+		{"b:9092", 0, 64, time.Second, 20 * time.Second, "--broker-pid"},
+		{"b:9092", 1 << 30, 64, time.Second, 20 * time.Second, "--broker-pid"},
+		{"b:9092", self, 0, time.Second, 20 * time.Second, "--producers"},
+		{"b:9092", self, 64, 0, 20 * time.Second, "--every"},
+		{"b:9092", self, 64, time.Second, time.Millisecond, "--for"},
+	} {
+		err := checkTxnCostArgs(tc.brokers, tc.pid, tc.n, tc.every, tc.fr)
+		if tc.err == "" && err != nil || tc.err != "" && (err == nil || !strings.Contains(err.Error(), tc.err)) {
+			t.Errorf("%+v: %v; want an error with %q", tc, err, tc.err)
+		}
 	}
 }
