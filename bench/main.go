@@ -108,10 +108,14 @@ func main() {
 	flag.DurationVar(&c.interval, "interval", time.Second, "checkpoint interval of weir and Flink, commit interval of Kafka Streams")
 	weirFlags := flag.String("weir-flags", "", "more flags of weir's processor, space-separated (e.g. \"--http-addr 127.0.0.1:8089\" to profile it)")
 	svg := flag.String("svg", "", "also draw the figures as an SVG chart into this file")
-	flag.Parse()
-	if c.brokers == "" || flag.NArg() > 0 {
+	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: bench --brokers host:port [flags]")
 		flag.PrintDefaults()
+		txnCostUsage(os.Stderr)
+	}
+	flag.Parse()
+	if c.brokers == "" || flag.NArg() > 0 {
+		flag.Usage()
 		os.Exit(2)
 	}
 	var err error
