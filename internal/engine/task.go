@@ -228,9 +228,9 @@ func (t *task) NotifyComplete(id checkpoint.ID) {
 
 // retention deletes what no retained checkpoint needs, after a completed
 // checkpoint, at most once per ten checkpoint intervals or a second: each
-// call lists the task's objects, which at 100 ms checkpoints cost more CPU
-// than the checkpoints themselves. The driver tells r the manifest of each
-// checkpoint it completes, so that r need not read it back.
+// call lists the task's objects. The driver tells r the manifest of each
+// checkpoint it completes, so that r need not read it back (reading back
+// ten a second cost 3.7% of the CPU at 100 ms checkpoints).
 // Deleting later is safe (see checkpoint.Retainer). Its failures are
 // logged, never fatal: the next call finishes the work.
 func (t *task) retention(ctx context.Context, r *checkpoint.Retainer) error {
