@@ -76,12 +76,9 @@ type reader[T any] struct {
 	buf    []*kgo.Record
 	joined bool // counted among its Consumers' readers
 	part   int32
-	// next is, per topic, the offset after the last record Poll returned
-	// (or dead-lettered); before the first, the restored or start offset.
-	next map[string]int64
-	// epoch is, per topic, the leader epoch of the record before next,
-	// where known (from the last record taken, or the checkpoint).
-	epoch map[string]int32
+	// pos is, per topic, where the reader is in its partition. A
+	// pointer, so that a record costs one lookup by topic name.
+	pos map[string]*topicPos
 	// layout is, per topic, its id and partition count when the reader
 	// opened: what its positions record.
 	layout map[string]checkpoint.TopicLayout
@@ -112,8 +109,7 @@ func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, rest
 		source: info.Operator,
 		log:    log,
 		part:   int32(info.Task),
-		next:   make(map[string]int64, len(cfg.Topics)),
-		epoch:  make(map[string]int32, len(cfg.Topics)),
+		pos:    make(map[string]*topicPos, len(cfg.Topics)),
 		policy: cfg.onDecodeError(),
 		marks:  map[string]*upstream{},
 	}
@@ -172,7 +168,7 @@ func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, rest
 
 	var fresh []string
 	for _, t := range cfg.Topics {
-		if _, ok := r.next[t]; !ok {
+		if r.pos[t] == nil {
 			fresh = append(fresh, t)
 		}
 	}
@@ -182,18 +178,18 @@ func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, rest
 			return nil, err
 		}
 		for t, o := range start {
-			r.next[t] = o
+			r.pos[t] = &topicPos{next: o}
 			log.Info("kafka source starts without checkpoint position",
 				"topic", t, "partition", r.part, "start", string(cfg.start()), "offset", o)
 		}
 	}
 
 	assign := make(map[string]map[int32]kgo.Offset, len(cfg.Topics))
-	for t, o := range r.next {
-		at := kgo.NewOffset().At(o)
-		if e, ok := r.epoch[t]; ok {
+	for t, p := range r.pos {
+		at := kgo.NewOffset().At(p.next)
+		if e, ok := p.leaderEpoch(); ok {
 			// franz-go asks the leader where that epoch ends before it
-			// fetches (OffsetForLeaderEpoch): a log truncated below o
+			// fetches (OffsetForLeaderEpoch): a log truncated below p.next
 			// since the checkpoint shows as data loss, not as other
 			// records at the same offsets.
 			at = at.WithEpoch(e)
@@ -276,7 +272,7 @@ func (r *reader[T]) restore(restored []checkpoint.SourcePosition) error {
 		case p.Offset < 0:
 			return fmt.Errorf("restored position %s/%d@%d: negative offset", p.Topic, p.Partition, p.Offset)
 		}
-		if _, dup := r.next[p.Topic]; dup {
+		if r.pos[p.Topic] != nil {
 			return fmt.Errorf("restored positions name %s/%d twice", p.Topic, p.Partition)
 		}
 		live := r.layout[p.Topic]
@@ -287,10 +283,11 @@ func (r *reader[T]) restore(restored []checkpoint.SourcePosition) error {
 		} else if c, changed := checkpoint.CompareTopic(checkpoint.TopicLayout{Name: p.Topic, ID: p.TopicID, Partitions: p.Partitions}, live); changed {
 			changes = append(changes, c)
 		}
-		r.next[p.Topic] = p.Offset
+		tp := &topicPos{next: p.Offset}
 		if p.LeaderEpoch != nil && *p.LeaderEpoch >= 0 {
-			r.epoch[p.Topic] = *p.LeaderEpoch
+			tp.epoch, tp.hasEpoch = *p.LeaderEpoch, true
 		}
+		r.pos[p.Topic] = tp
 		if r.cfg.Watermarks && len(p.Upstream) > 0 {
 			r.marks[p.Topic] = restoreUpstream(p.Upstream)
 		}
@@ -414,7 +411,10 @@ var ErrLogLost = errors.New("the log no longer holds the position to resume from
 // position: what happened, as far as the log's bounds now tell, and what
 // to do.
 func (r *reader[T]) logLost(ctx context.Context, e kgo.FetchError) error {
-	at := r.next[e.Topic]
+	var at int64
+	if p := r.pos[e.Topic]; p != nil {
+		at = p.next
+	}
 	var what string
 	var loss *kgo.ErrDataLoss
 	if errors.As(e.Err, &loss) {
@@ -464,20 +464,21 @@ func (r *reader[T]) bounds(ctx context.Context, topic string) (start, end int64,
 // take decodes rec into b, or dead-letters it, and only then counts its
 // offset as consumed.
 func (r *reader[T]) take(ctx context.Context, b *engine.Batch[T], rec *kgo.Record) error {
-	if _, ok := r.next[rec.Topic]; !ok || rec.Partition != r.part {
+	tp := r.pos[rec.Topic]
+	if tp == nil || rec.Partition != r.part {
 		return fmt.Errorf("fetched record %s/%d@%d that task %d does not read", rec.Topic, rec.Partition, rec.Offset, r.part)
 	}
-	if rec.Offset < r.next[rec.Topic] {
+	if rec.Offset < tp.next {
 		// A record again, or one of before the position the reader
 		// resumed from: never taken twice.
-		return fmt.Errorf("fetched record %s/%d@%d is before the reader's position %d", rec.Topic, rec.Partition, rec.Offset, r.next[rec.Topic])
+		return fmt.Errorf("fetched record %s/%d@%d is before the reader's position %d", rec.Topic, rec.Partition, rec.Offset, tp.next)
 	}
 	pos := engine.Position{Source: r.source, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Timestamp: rec.Timestamp.UnixMilli()}
 	if r.cfg.Watermarks && marker.Is(rec) {
 		if err := r.mark(rec); err != nil {
 			return fmt.Errorf("record %s: %w", pos, err)
 		}
-		r.consumed(rec)
+		tp.consumed(rec)
 		return nil
 	}
 	v, decodeErr := r.decode(rec)
@@ -495,16 +496,30 @@ func (r *reader[T]) take(ctx context.Context, b *engine.Batch[T], rec *kgo.Recor
 			"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset,
 			"dead_letter_topic", r.cfg.DeadLetterTopic, "error", decodeErr)
 	}
-	r.consumed(rec)
+	tp.consumed(rec)
 	return nil
 }
 
-// consumed counts rec as consumed: the next position is after it, in its
-// leader epoch.
-func (r *reader[T]) consumed(rec *kgo.Record) {
-	r.next[rec.Topic] = rec.Offset + 1
+// topicPos is where a reader is in one topic's partition.
+type topicPos struct {
+	// next is the offset after the last record Poll returned (or
+	// dead-lettered); before the first, the restored or start offset.
+	next int64
+	// epoch is the leader epoch of the record before next, if hasEpoch
+	// (known from the last record taken, or the checkpoint).
+	epoch    int32
+	hasEpoch bool
+}
+
+// leaderEpoch returns p's epoch, if known.
+func (p *topicPos) leaderEpoch() (int32, bool) { return p.epoch, p.hasEpoch }
+
+// consumed counts rec, of p's topic, as consumed: the next position is
+// after it, in its leader epoch.
+func (p *topicPos) consumed(rec *kgo.Record) {
+	p.next = rec.Offset + 1
 	if rec.LeaderEpoch >= 0 {
-		r.epoch[rec.Topic] = rec.LeaderEpoch
+		p.epoch, p.hasEpoch = rec.LeaderEpoch, true
 	}
 }
 
@@ -544,9 +559,12 @@ func (r *reader[T]) Positions() []checkpoint.SourcePosition {
 	out := make([]checkpoint.SourcePosition, 0, len(r.cfg.Topics))
 	for _, t := range r.cfg.Topics {
 		l := r.layout[t]
-		p := checkpoint.SourcePosition{Source: r.source, Topic: t, Partition: r.part, Offset: r.next[t], TopicID: l.ID, Partitions: l.Partitions}
-		if e, ok := r.epoch[t]; ok {
-			p.LeaderEpoch = &e
+		p := checkpoint.SourcePosition{Source: r.source, Topic: t, Partition: r.part, TopicID: l.ID, Partitions: l.Partitions}
+		if tp := r.pos[t]; tp != nil {
+			p.Offset = tp.next
+			if e, ok := tp.leaderEpoch(); ok {
+				p.LeaderEpoch = &e
+			}
 		}
 		if u := r.marks[t]; u != nil {
 			p.Upstream = u.positions()
