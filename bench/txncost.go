@@ -27,7 +27,9 @@ import (
 // broker process's CPU from /proc around each, so the broker must run on
 // this machine. It prints the broker's CPU per round of each and what a
 // commit adds: the broker's share of a checkpoint, paid per task per
-// interval whatever the records.
+// interval whatever the records. A broker just started pays several times
+// what a warm one does (its JIT): run it a few times, or on a broker the
+// benchmarks have warmed.
 func txnCostMain(args []string) int {
 	fs, a := txnCostFlags()
 	if err := fs.Parse(args); err != nil {
@@ -180,21 +182,16 @@ func txnCostRun(ctx context.Context, seeds []string, pid, n int, every, span tim
 	return r1 - r0, c1 - c0, t1.Sub(t0), nil
 }
 
-// txnCostRound writes one record to partition p and commits it, or
-// flushes it.
+// txnCostRound writes one record to partition p, waits for its
+// acknowledgement, and commits it if txn.
 func txnCostRound(ctx context.Context, cl *kgo.Client, p int32, value []byte, txn bool) error {
 	if txn {
 		if err := cl.BeginTransaction(); err != nil {
 			return err
 		}
 	}
-	var perr error
-	cl.Produce(ctx, &kgo.Record{Partition: p, Value: value}, func(_ *kgo.Record, err error) { perr = err })
-	if err := cl.Flush(ctx); err != nil {
+	if err := cl.ProduceSync(ctx, &kgo.Record{Partition: p, Value: value}).FirstErr(); err != nil {
 		return err
-	}
-	if perr != nil {
-		return perr
 	}
 	if txn {
 		return cl.EndTransaction(ctx, kgo.TryCommit)
