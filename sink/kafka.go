@@ -175,6 +175,7 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, lo
 				w.failed.set(fmt.Errorf("an earlier record (%d bytes) to %s/%d failed in transaction %s: %w",
 					len(r.Key)+len(r.Value), r.Topic, r.Partition, id, err))
 			}
+			recycle(r)
 		})
 	}
 	defer func() {
@@ -557,6 +558,7 @@ func (w *plainWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
 func (w *plainWriter[T]) Watermark(wm engine.Watermark) { w.marks.take(wm) }
 
 func (w *plainWriter[T]) promise(r *kgo.Record, err error) {
+	defer recycle(r)
 	if err == nil {
 		return
 	}

@@ -30,6 +30,15 @@ type Decoder[T any] = source.Decoder[T]
 // the Write's.
 type Encoder[T any] = sink.Encoder[T]
 
+// AppendEncoder returns an Encoder that allocates nothing a record: enc
+// appends a value's record key to key and its value to value, and the
+// sink reuses the record and both buffers once the record is written.
+// Return nil for a null key or value; enc may not keep the buffers. See
+// sink.AppendEncoder.
+func AppendEncoder[T any](enc func(key, value []byte, v T) ([]byte, []byte, error)) Encoder[T] {
+	return sink.AppendEncoder(enc)
+}
+
 // read is a Kafka topic the job reads, resolved at Build.
 type read struct {
 	name, topic string
@@ -371,12 +380,19 @@ func KeyBy[K, T any](s Stream[T], name string, key func(T) K, keyCodec state.Cod
 	}
 	topic := env.Name + "-" + name + "-repartition"
 	env.Internal = append(env.Internal, topic)
+	// The moved records' buffers are the sink's to reuse (AppendEncoder):
+	// a KeyBy writes and reads every record once more.
+	appendKV := sink.AppendEncoder(func(k, b []byte, v Timed[T]) ([]byte, []byte, error) {
+		b, err := state.Encode(codec, b, v.Value)
+		return keyCodec.Append(k, key(v.Value)), b, err
+	})
 	encode := func(v Timed[T]) (*kgo.Record, error) {
-		b, err := state.Encode(codec, nil, v.Value)
+		r, err := appendKV(v)
 		if err != nil {
 			return nil, err
 		}
-		return &kgo.Record{Key: keyCodec.Append(nil, key(v.Value)), Value: b, Timestamp: v.Time}, nil
+		r.Timestamp = v.Time
+		return r, nil
 	}
 	var opts []kgo.Opt
 	if env.Partitioner != nil {

@@ -50,27 +50,30 @@ func Decode(r *kgo.Record) (In, error) {
 	return In{Key: string(r.Key), N: n}, nil
 }
 
-// Encode writes o as JSON (as encoding/json writes it), keyed by o.Key.
-func Encode(o Out) (*kgo.Record, error) {
+// Encode writes o as JSON (as encoding/json writes it), keyed by o.Key,
+// into buffers the sink reuses once the record is written (see
+// stream.AppendEncoder).
+var Encode = stream.AppendEncoder(AppendOut)
+
+// AppendOut appends o's record key (o.Key) to key and its value, o as
+// JSON, to value.
+func AppendOut(key, value []byte, o Out) ([]byte, []byte, error) {
+	key = append(key, o.Key...)
 	if !plainKey(o.Key) {
 		v, err := json.Marshal(o)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		return &kgo.Record{Key: []byte(o.Key), Value: v}, nil
+		return key, append(value, v...), nil
 	}
-	// Key and value in one allocation, without reflection.
-	b := make([]byte, 0, 2*len(o.Key)+64)
-	b = append(b, o.Key...)
-	key := b[:len(b):len(b)]
-	b = append(b, `{"key":"`...)
-	b = append(b, o.Key...)
-	b = append(b, `","count":`...)
-	b = strconv.AppendInt(b, o.Count, 10)
-	b = append(b, `,"sum":`...)
-	b = strconv.AppendInt(b, o.Sum, 10)
-	b = append(b, '}')
-	return &kgo.Record{Key: key, Value: b[len(key):]}, nil
+	// Without reflection.
+	value = append(value, `{"key":"`...)
+	value = append(value, o.Key...)
+	value = append(value, `","count":`...)
+	value = strconv.AppendInt(value, o.Count, 10)
+	value = append(value, `,"sum":`...)
+	value = strconv.AppendInt(value, o.Sum, 10)
+	return key, append(value, '}'), nil
 }
 
 // plainKey says whether k needs no escaping in JSON: printable ASCII
