@@ -102,7 +102,7 @@ func (f *File) writeTemp(ctx context.Context, name string, r io.Reader) (string,
 	// A concurrent Delete may remove the (then empty) directory between
 	// MkdirAll and CreateTemp; try again then.
 	for attempt := 0; ; attempt++ {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		if err := f.mkdirSynced(dir); err != nil {
 			return "", err
 		}
 		var err error
@@ -215,7 +215,35 @@ func (f *File) Delete(ctx context.Context, name string) error {
 	return nil
 }
 
-func syncDir(dir string) error {
+// mkdirSynced makes dir and any missing parent below the root, and syncs
+// the parent of each folder it made: an object's own sync and its
+// folder's make the object's name durable, but not a new folder's name in
+// its parent (ext4 and XFS happen to journal it with the file; POSIX does
+// not say so). A checkpoint's folder is new at every checkpoint, and a
+// manifest lost to a power failure after its transactions committed would
+// have a restore write their output again.
+func (f *File) mkdirSynced(dir string) error {
+	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if dir != f.root && parent != dir {
+		if err := f.mkdirSynced(parent); err != nil {
+			return err
+		}
+	}
+	switch err := os.Mkdir(dir, 0o755); {
+	case errors.Is(err, fs.ErrExist):
+		// A concurrent writer made it and may not have synced the
+		// parent yet: sync it here too, before this writer's object.
+	case err != nil:
+		return err
+	}
+	return syncDir(parent)
+}
+
+// syncDir syncs the folder dir (a variable: tests watch it).
+var syncDir = func(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -6,10 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -233,6 +235,76 @@ func TestFileStorageLeavesNoTempFiles(t *testing.T) {
 	}
 	if !reflect.DeepEqual(names, []string{"m"}) {
 		t.Fatalf("folder holds %q, want only m", names)
+	}
+}
+
+// TestFileStorageSyncsNewFolders: writing into folders that do not exist
+// yet syncs the parent of each folder made, so that the new names survive
+// a power failure with the object, and the object's own folder; an
+// existing folder's parent is not synced again.
+func TestFileStorageSyncsNewFolders(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := NewFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var synced []string
+	orig := syncDir
+	syncDir = func(d string) error {
+		mu.Lock()
+		rel, _ := filepath.Rel(dir, d)
+		synced = append(synced, filepath.ToSlash(rel))
+		mu.Unlock()
+		return orig(d)
+	}
+	t.Cleanup(func() { syncDir = orig })
+	check := func(what string, want ...string) {
+		t.Helper()
+		mu.Lock()
+		got := slices.Clone(synced)
+		synced = synced[:0]
+		mu.Unlock()
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: synced %q, want %q", what, got, want)
+		}
+	}
+	if err := st.PutIfAbsent(ctx, "job/task-0/chk-1/manifest", []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	check("three new folders", ".", "job", "job/task-0", "job/task-0/chk-1")
+	if err := st.Put(ctx, "job/task-0/chk-2/state", strings.NewReader("s")); err != nil {
+		t.Fatal(err)
+	}
+	check("one new folder", "job/task-0", "job/task-0/chk-2")
+	if err := st.Put(ctx, "job/task-0/chk-2/more", strings.NewReader("s")); err != nil {
+		t.Fatal(err)
+	}
+	check("no new folder", "job/task-0/chk-2")
+	// Once concurrent writers into one new folder have returned, its
+	// parent was synced (by the one that made it).
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			if err := st.Put(ctx, fmt.Sprintf("job/task-1/chk-1/o%d", i), strings.NewReader("x")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	n := 0
+	for _, d := range synced {
+		if d == "job" {
+			n++
+		}
+	}
+	mu.Unlock()
+	if n == 0 {
+		t.Fatalf("concurrent writers into a new folder: its parent never synced (%q)", synced)
 	}
 }
 
