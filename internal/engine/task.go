@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -116,6 +117,19 @@ func newTask(plan *Plan, cfg *Config, id int, epoch int64, drain <-chan struct{}
 		t.rootIdx[i] = t.rootIdx[n.inputs[0].id]
 	}
 	return t
+}
+
+// triggerPhase is how far into its interval task id's periodic
+// checkpoints fall. Tasks started together would otherwise take theirs at
+// the same moment, and their flushes, snapshots and synced manifest writes
+// would meet (four tasks' manifests took 3.5 ms written together, 0.6
+// alone). Task id's phase is the fraction of id times the golden ratio,
+// which spreads any number of tasks about evenly over the interval. It
+// changes only when each task's checkpoints fall: they stay independent.
+func triggerPhase(id int, interval time.Duration) time.Duration {
+	const phi = 0.6180339887498949 // the golden ratio's fraction
+	_, f := math.Modf(float64(id) * phi)
+	return time.Duration(f * float64(interval))
 }
 
 // newAttemptID names one run of a task in the objects it writes.
@@ -329,7 +343,8 @@ func (t *task) run(ctx context.Context) (err error) {
 		return err
 	}
 	participants := t.plan.Operators()
-	coord := checkpoint.NewCoordinator(t.cfg.Checkpoint, participants, highest, time.Now())
+	coord := checkpoint.NewCoordinator(t.cfg.Checkpoint, participants, highest,
+		time.Now().Add(-triggerPhase(t.id, t.cfg.Checkpoint.Interval)))
 	var retainer *checkpoint.Retainer
 	if t.cfg.Retained > 0 {
 		retainer = checkpoint.NewRetainer(t.storage, t.job, t.id, checkpoint.RetainOptions{Retained: t.cfg.Retained, Logger: t.log})
