@@ -125,14 +125,7 @@ func TestAppendEncoderRecordsWrittenIntact(t *testing.T) {
 			cfg.Encode = AppendEncoder(func(key, value []byte, s string) ([]byte, []byte, error) {
 				return nil, append(value, s...), nil
 			})
-			if d != ExactlyOnce {
-				cfg.Delivery, cfg.TransactionalIDPrefix, cfg.TransactionTimeout = d, "", 0
-			}
-			w, err := e.open(cfg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
+			w := e.openDelivery(cfg, d)
 			var want []string
 			for id := checkpoint.ID(1); id <= 4; id++ {
 				for i := range n / 4 {

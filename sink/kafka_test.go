@@ -85,6 +85,21 @@ func (e *env) mustOpen(cfg Config[string], restored []checkpoint.Committable) *t
 	return w.(*txnWriter[string])
 }
 
+// openDelivery opens cfg's writer with delivery d, closed at the test's
+// end; one that is not exactly-once drops cfg's transactional settings.
+func (e *env) openDelivery(cfg Config[string], d Delivery) engine.SinkWriter[string] {
+	e.t.Helper()
+	if d != ExactlyOnce {
+		cfg.Delivery, cfg.TransactionalIDPrefix, cfg.TransactionTimeout = d, "", 0
+	}
+	w, err := e.open(cfg, nil)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { _ = w.Close() })
+	return w
+}
+
 type testWriter struct{ t *testing.T }
 
 func (w testWriter) Write(p []byte) (int, error) {
@@ -587,14 +602,7 @@ func TestEventTimeStamps(t *testing.T) {
 				}
 				return r, nil
 			}
-			if d != ExactlyOnce {
-				cfg.Delivery, cfg.TransactionalIDPrefix, cfg.TransactionTimeout = d, "", 0
-			}
-			w, err := e.open(cfg, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer w.Close()
+			w := e.openDelivery(cfg, d)
 			event := int64(1_700_000_000_123)
 			before := time.Now().Add(-time.Second)
 			tw := w.(engine.TimestampWriter[string])
