@@ -18,7 +18,9 @@ import (
 // Return nil for a null key (no key: the record is spread over partitions)
 // or a null value (a tombstone); an appended slice, even empty, is written
 // as it is. enc may not keep the buffers it is given or returns; it may
-// return slices of its own instead, which are written but not reused.
+// return slices of its own instead, which are written but not reused. A
+// franz-go hook in Config.ClientOpts that keeps a record past its produce
+// promise sees it reused.
 func AppendEncoder[T any](enc func(key, value []byte, v T) ([]byte, []byte, error)) Encoder[T] {
 	return func(v T) (*kgo.Record, error) {
 		p := recordPool.Get().(*pooledRecord)
