@@ -183,8 +183,13 @@ func (m *member) assigned(ctx context.Context, cl *kgo.Client, added map[string]
 	_, gen := cl.GroupMetadata()
 	m.w.metrics.rebalances.Inc()
 	m.setMine(ts, nil)
+	back := m.takeBack(ts)
 	m.assignedOnce.Store(true)
 	m.w.log.Info("group assignment", "generation", gen, "epoch", epoch, "added", ts, "tasks", m.assignedTasks())
+	if len(back) > 0 {
+		m.w.log.Info("tasks given up here are assigned here again: starting them with this generation's epoch", "tasks", back, "epoch", epoch)
+		ts = append(ts, back...)
+	}
 	if m.draining.Load() || m.w.stopErr() != nil {
 		return
 	}
@@ -213,6 +218,38 @@ func (m *member) giveUp(t int) {
 	m.cl.ForceRebalance()
 }
 
+// takeBack returns the given-up tasks this rebalance assigned here again,
+// which are to start as if added, and forgets them as given up; so too
+// the added ones. A given-up task still in this worker's tasks was either
+// left out of the join, so that the leader found it unowned and gave it
+// here (nobody else runs it), or given up after the join was sent: that
+// one waits for the rebalance giveUp asked for.
+func (m *member) takeBack(added []int) []int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range added {
+		delete(m.givenUp, t)
+	}
+	var back []int
+	for t := range m.givenUp {
+		if slices.Contains(m.mine, t) && m.bal.LeftOutOfJoin(t) {
+			delete(m.givenUp, t)
+			back = append(back, t)
+		}
+	}
+	slices.Sort(back)
+	return back
+}
+
+// forget drops ts from the given-up tasks: the group took them away.
+func (m *member) forget(ts []int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range ts {
+		delete(m.givenUp, t)
+	}
+}
+
 func (m *member) isGivenUp(t int) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -233,6 +270,7 @@ func (m *member) revoked(_ context.Context, _ *kgo.Client, lost map[string][]int
 	}
 	wg.Wait()
 	m.setMine(nil, ts)
+	m.forget(ts)
 }
 
 // lost stops at once the tasks of a session the worker lost (it was
@@ -246,6 +284,7 @@ func (m *member) lost(_ context.Context, _ *kgo.Client, lost map[string][]int32)
 	}
 	wg.Wait()
 	m.setMine(nil, ts)
+	m.forget(ts)
 	if len(ts) > 0 {
 		m.w.log.Warn("group session lost: stopped its tasks", "tasks", ts)
 	}

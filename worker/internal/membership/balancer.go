@@ -61,6 +61,9 @@ type Balancer struct {
 
 	mu    sync.Mutex
 	epoch int64 // of the last assignment received
+	// leftOut are the tasks the last join left out (GivenUp): the leader
+	// saw them unowned.
+	leftOut []int
 }
 
 var _ kgo.GroupBalancer = (*Balancer)(nil)
@@ -71,12 +74,18 @@ func (b *Balancer) IsCooperative() bool  { return true }
 func (b *Balancer) JoinGroupMetadata(_ []string, current map[string][]int32, _ int32) []byte {
 	m := b.Meta()
 	m.Version, m.Topics, m.Tasks = 1, b.Topics, []int{}
+	var left []int
 	for _, p := range current[b.Topics[0]] {
 		if b.GivenUp == nil || !b.GivenUp(int(p)) {
 			m.Tasks = append(m.Tasks, int(p))
+		} else {
+			left = append(left, int(p))
 		}
 	}
 	slices.Sort(m.Tasks)
+	b.mu.Lock()
+	b.leftOut = left
+	b.mu.Unlock()
 	out, _ := json.Marshal(m) // plain data: cannot fail
 	return out
 }
@@ -109,6 +118,16 @@ func (b *Balancer) ParseSyncAssignment(raw []byte) (map[string][]int32, error) {
 		ps[i] = int32(t)
 	}
 	return map[string][]int32{b.Topics[0]: ps}, nil
+}
+
+// LeftOutOfJoin reports whether the last join left task out of this
+// member's tasks (GivenUp said so). An assignment that gives it to this
+// member gave a task nobody claimed, which franz-go does not report as
+// added: to franz-go the member owned it all along.
+func (b *Balancer) LeftOutOfJoin(task int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Contains(b.leftOut, task)
 }
 
 // CurrentEpoch is the epoch of the last assignment: the epoch of the tasks
