@@ -192,6 +192,19 @@ func (c *Coordinator) TriggerNow(now time.Time) []Action {
 	return c.maybeTrigger(nil, now)
 }
 
+// TriggerFirst triggers a checkpoint at once, before any periodic one,
+// without moving the periodic schedule: the checkpoint a task with none
+// takes before it reads a record (see DriverConfig.CheckpointAtStart).
+func (c *Coordinator) TriggerFirst(now time.Time) []Action {
+	if c.failed || c.pending != nil || c.stats.Triggered > 0 {
+		return nil
+	}
+	schedule := c.lastTrigger
+	acts := c.TriggerNow(now)
+	c.lastTrigger = schedule
+	return acts
+}
+
 // Ack records a participant's acknowledgement of checkpoint id. Once every
 // participant acked, it returns WriteManifest. Acks of a checkpoint not in
 // flight, from a non-participant, or repeated, are ignored.

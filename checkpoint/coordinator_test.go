@@ -54,6 +54,8 @@ func run(t *testing.T, c *Coordinator, steps []step) {
 			acts = c.Tick(now)
 		case "now":
 			acts = c.TriggerNow(now)
+		case "first":
+			acts = c.TriggerFirst(now)
 		case "ack":
 			acts = c.Ack(s.id, Ack{Operator: s.op}, now)
 		case "decline":
@@ -103,6 +105,20 @@ func TestCoordinator(t *testing.T) {
 				{at: 11 * time.Second, do: "ack", id: 1, op: "b", want: []string{"write 1 @10s [a b]"}},
 				{at: 12 * time.Second, do: "written", id: 1, want: []string{"complete 1 in 2s"}, wake: "20s"},
 				{at: 20 * time.Second, do: "tick", want: []string{"trigger 2 @20s"}},
+			},
+		},
+		{
+			// The task's checkpoint before its first record: the periodic
+			// schedule (its phase) stays; only one, and not once a
+			// periodic one came.
+			name: "first checkpoint keeps the schedule", cfg: Config{Interval: 10 * time.Second}, participants: []string{"a"},
+			steps: []step{
+				{at: 3 * time.Second, do: "first", want: []string{"trigger 1 @3s"}},
+				{at: 3 * time.Second, do: "first"},
+				{at: 4 * time.Second, do: "ack", id: 1, op: "a", want: []string{"write 1 @3s [a]"}},
+				{at: 4 * time.Second, do: "written", id: 1, want: []string{"complete 1 in 1s"}, wake: "10s"},
+				{at: 5 * time.Second, do: "first"},
+				{at: 10 * time.Second, do: "tick", want: []string{"trigger 2 @10s"}},
 			},
 		},
 		{

@@ -43,6 +43,9 @@ type DriverConfig struct {
 	// OnAborted, if set, is called for each aborted checkpoint, after
 	// Executor.NotifyAborted.
 	OnAborted func(ID, error)
+	// CheckpointAtStart triggers the first checkpoint as Run starts, ahead
+	// of the periodic schedule, which stays where the Coordinator put it.
+	CheckpointAtStart bool
 }
 
 // Driver runs a Coordinator on one goroutine (Run): it feeds it time and
@@ -134,7 +137,11 @@ func (d *Driver) Run(ctx context.Context) error {
 		return errors.New("checkpoint: Driver.Run called twice")
 	}
 	// A checkpoint may already be due (Interval elapsed before Run).
-	if err := d.apply(ctx, d.coord.Tick(time.Now())); err != nil {
+	first := d.coord.Tick(time.Now())
+	if d.cfg.CheckpointAtStart && len(first) == 0 {
+		first = d.coord.TriggerFirst(time.Now())
+	}
+	if err := d.apply(ctx, first); err != nil {
 		return err
 	}
 	for {

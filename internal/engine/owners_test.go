@@ -346,3 +346,83 @@ func TestOlderOwnerStopsBeforeItsSinksOpen(t *testing.T) {
 		t.Fatal("the older owner opened its sinks after the newer one claimed the task")
 	}
 }
+
+// zombieOpens lets a zombie owner open the task's sink once, right before
+// the first commit of a checkpoint with a transaction: as a paused older
+// owner that comes back and initialises the transactional ids, it aborts
+// the prepared transaction and fences this owner's writer.
+type zombieOpens struct {
+	engine.SinkWriter[update]
+	store *txnStore[update]
+	info  engine.TaskInfo
+	done  *atomic.Bool
+}
+
+func (z zombieOpens) Commit(ctx context.Context, id checkpoint.ID) error {
+	if z.store.pendingOf(z.info.Task) > 0 && z.done.CompareAndSwap(false, true) {
+		if _, err := z.store.sink().Open(ctx, z.info, nil); err != nil {
+			return err
+		}
+	}
+	return z.SinkWriter.Commit(ctx, id)
+}
+
+// TestZombieFencesFirstTransaction: an older owner that opens its sinks a
+// moment after the newer one claimed (it checked the claims before, then
+// paused) aborts the newer owner's first prepared transaction, whose
+// checkpoint is durable. The task restarts and walks back past that
+// checkpoint, which is only possible to a checkpoint before it: a fresh
+// task takes one before it reads a record, at its start positions and with
+// no transaction. Without it the task had no valid checkpoint and stopped
+// for good (found by processor chaos: a worker paused while it restored).
+func TestZombieFencesFirstTransaction(t *testing.T) {
+	const keys = 10
+	st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
+	store := newTxnStore[update]()
+	var fenced atomic.Bool
+	sink := store.sinkWith(func(ctx context.Context, info engine.TaskInfo, restored []checkpoint.Committable) (engine.SinkWriter[update], error) {
+		w, err := store.sink().Open(ctx, info, restored)
+		if err != nil {
+			return nil, err
+		}
+		return zombieOpens{SinkWriter: w, store: store, info: info, done: &fenced}, nil
+	})
+	obs := &restores{after: 8, drain: make(chan struct{})}
+	err := engine.Run(t.Context(), countJob(t, 1<<40, keys, 1, nil, sink), engine.Config{
+		Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Epoch: 9, Retained: -1, RestartBackoff: time.Millisecond,
+		Observer: obs, Drain: obs.drain, Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !fenced.Load() {
+		t.Fatal("no transaction was fenced: the test did not test")
+	}
+	first, err := checkpoint.ReadManifest(t.Context(), st, "count", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off := sourceOffset(t, first); off != 0 {
+		t.Errorf("checkpoint 1 is at offset %d, want 0: taken before the first record", off)
+	}
+	for _, a := range first.Operators {
+		if len(a.Committables) > 0 {
+			t.Errorf("checkpoint 1 has transactions of %s: %v", a.Operator, a.Committables)
+		}
+	}
+	obs.mu.Lock()
+	from := obs.from
+	obs.mu.Unlock()
+	if len(from) != 2 || from[0] != 0 || from[1] != 1 {
+		t.Errorf("attempts restored %v, want none, then checkpoint 1", from)
+	}
+	ids, _, err := checkpoint.ListCheckpoints(t.Context(), st, "count", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := checkpoint.ReadManifest(t.Context(), st, "count", 0, ids[len(ids)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, store.visible(), sourceOffset(t, last), keys, 1)
+}

@@ -63,8 +63,12 @@ type task struct {
 	// restore walks back past them.
 	unusable map[checkpoint.ID]error
 
-	driver  *checkpoint.Driver
-	uploads sync.WaitGroup
+	driver *checkpoint.Driver
+	// triggered is closed at the task's first trigger, when it takes a
+	// checkpoint before reading (see run); nil otherwise.
+	triggered     chan struct{}
+	triggeredOnce sync.Once
+	uploads       sync.WaitGroup
 	// retain asks the retention goroutine to clean up after a completed
 	// checkpoint; requests made while it works coalesce into one.
 	retain chan struct{}
@@ -212,6 +216,9 @@ func (t *task) TriggerCheckpoint(id checkpoint.ID, _ time.Time) error {
 			r.mail.post(mail{kind: mailTrigger, id: id})
 		}
 	}
+	if t.triggered != nil {
+		t.triggeredOnce.Do(func() { close(t.triggered) })
+	}
 	return nil
 }
 
@@ -342,6 +349,16 @@ func (t *task) run(ctx context.Context) (err error) {
 	if err := t.checkRestoredOperators(); err != nil {
 		return err
 	}
+	// A task without a checkpoint takes one before it reads a record: the
+	// positions it starts from (a "latest" resolved to offsets) and no
+	// transaction. A restore can always walk back to it: without it, a
+	// zombie owner that fences this one's first checkpoint's transactions
+	// (opening its sinks a moment after this owner claimed) would leave the
+	// task with no valid checkpoint, stopped for good.
+	atStart := t.restoredFrom == 0 && t.cfg.Checkpoint.Interval > 0
+	if atStart {
+		t.triggered = make(chan struct{})
+	}
 	participants := t.plan.Operators()
 	coord := checkpoint.NewCoordinator(t.cfg.Checkpoint, participants, highest,
 		time.Now().Add(-triggerPhase(t.id, t.cfg.Checkpoint.Interval)))
@@ -363,7 +380,8 @@ func (t *task) run(ctx context.Context) (err error) {
 			}
 			t.observer.CheckpointCompleted(t.job, t.id, m)
 		},
-		OnAborted: func(id checkpoint.ID, err error) { t.observer.CheckpointAborted(t.job, t.id, id, err) },
+		OnAborted:         func(id checkpoint.ID, err error) { t.observer.CheckpointAborted(t.job, t.id, id, err) },
+		CheckpointAtStart: atStart,
 	})
 
 	// Everything the task starts stops when any part of it fails: senders
@@ -395,6 +413,15 @@ func (t *task) run(ctx context.Context) (err error) {
 		g.Go(func() error { return t.retention(dctx, retainer) })
 	}
 	g.Go(func() error { return t.driver.Run(dctx) })
+	if t.triggered != nil {
+		// The sources hold the first barrier before their first poll.
+		select {
+		case <-t.triggered:
+		case <-dctx.Done():
+			stopDriver()
+			return g.Wait()
+		}
+	}
 	var live sync.WaitGroup
 	for _, r := range t.roots {
 		live.Add(1)

@@ -231,3 +231,16 @@ func (w *txnWriter[T]) Commit(_ context.Context, id checkpoint.ID) error {
 }
 
 func (w *txnWriter[T]) Close() error { return nil }
+
+// pendingOf counts the task's pre-committed, open transactions.
+func (s *txnStore[T]) pendingOf(task int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for txn := range s.pending {
+		if strings.HasPrefix(txn, fmt.Sprintf("t%d-", task)) {
+			n++
+		}
+	}
+	return n
+}
