@@ -398,6 +398,7 @@ func chaosCommand(ctx context.Context, args []string, lookup func(string) (strin
 type chaos struct {
 	c       chaosConfig
 	log     io.Writer
+	logMu   sync.Mutex
 	dir     string
 	bin     string
 	brokers []string
@@ -419,6 +420,8 @@ type chaos struct {
 }
 
 func (ch *chaos) logf(format string, args ...any) {
+	ch.logMu.Lock() // the supervisors log too, and ch.log may be a buffer
+	defer ch.logMu.Unlock()
 	fmt.Fprintf(ch.log, "chaos: %s "+format+"\n", append([]any{time.Now().Format("15:04:05.000")}, args...)...)
 }
 

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -162,8 +164,12 @@ func TestChaosRun(t *testing.T) {
 		t.Skip("-short: runs worker processes for half a minute")
 	}
 	c := testcluster.Kafka(t)
+	dir := t.TempDir()
+	if d := os.Getenv("WEIR_TEST_CHAOS_DIR"); d != "" {
+		dir = d // kept, to read the workers' logs
+	}
 	cfg, err := parseChaos([]string{"--brokers", strings.Join(c.Brokers, ","), "--duration", "25s", "--workers", "2",
-		"--partitions", "4", "--rate", "300", "--seed", "11", "--dir", t.TempDir(), "--catch-up", "90s",
+		"--partitions", "4", "--rate", "300", "--seed", "11", "--dir", dir, "--catch-up", "90s",
 		"--faults", "sigkill,sigstop,sigterm,s3-errors,disk-full"}, func(string) (string, bool) { return "", false }, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
@@ -184,5 +190,16 @@ func TestChaosRun(t *testing.T) {
 	}
 	if !r.clean() || injected < 2 || r.verdict.In < 5000 {
 		t.Errorf("not clean, or too little happened (%d faults, %d records)\n%s", injected, r.verdict.In, log.String())
+		// The logs go with the test's folder: CI keeps only this output.
+		for i := range cfg.Workers {
+			b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("worker-%d.log", i)))
+			if err != nil {
+				t.Logf("worker %d's log: %v", i, err)
+				continue
+			}
+			lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+			t.Logf("worker %d's log, the last %d of %d lines:\n%s", i, min(len(lines), 150), len(lines),
+				strings.Join(lines[max(0, len(lines)-150):], "\n"))
+		}
 	}
 }
