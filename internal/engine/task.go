@@ -68,6 +68,7 @@ type task struct {
 	// checkpoint before reading (see run); nil otherwise.
 	triggered     chan struct{}
 	triggeredOnce sync.Once
+	startID       checkpoint.ID // that checkpoint's id; t.mu
 	uploads       sync.WaitGroup
 	// retain asks the retention goroutine to clean up after a completed
 	// checkpoint; requests made while it works coalesce into one.
@@ -81,7 +82,7 @@ type task struct {
 	// is emitted after the final barrier that no checkpoint would commit.
 	inputEnded atomic.Bool
 	finalID    checkpoint.ID // the checkpoint after which the task finishes
-	completed  bool          // a checkpoint completed during this run
+	completed  bool          // a checkpoint other than the start one completed during this run
 }
 
 func newTask(plan *Plan, cfg *Config, id int, epoch int64, drain <-chan struct{}, unusable map[checkpoint.ID]error) *task {
@@ -217,7 +218,12 @@ func (t *task) TriggerCheckpoint(id checkpoint.ID, _ time.Time) error {
 		}
 	}
 	if t.triggered != nil {
-		t.triggeredOnce.Do(func() { close(t.triggered) })
+		t.triggeredOnce.Do(func() {
+			t.mu.Lock()
+			t.startID = id
+			t.mu.Unlock()
+			close(t.triggered)
+		})
 	}
 	return nil
 }
@@ -226,7 +232,8 @@ func (t *task) TriggerCheckpoint(id checkpoint.ID, _ time.Time) error {
 func (t *task) NotifyComplete(id checkpoint.ID) {
 	t.mu.Lock()
 	finish := t.finalID != 0 && id >= t.finalID
-	t.completed = true
+	// The checkpoint at the start is not progress: nothing was read.
+	t.completed = t.completed || id != t.startID
 	t.mu.Unlock()
 	// Every root hears of the completion before any source finishes: a
 	// multi-input root must commit its sinks before the end of its inputs
