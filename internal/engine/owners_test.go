@@ -426,3 +426,69 @@ func TestZombieFencesFirstTransaction(t *testing.T) {
 	}
 	checkExactlyOnce(t, store.visible(), sourceOffset(t, last), keys, 1)
 }
+
+// reinitAfter re-initialises the task's transactional ids once, right
+// after the first commit of a checkpoint with a transaction.
+type reinitAfter struct {
+	engine.SinkWriter[update]
+	store *txnStore[update]
+	task  int
+	done  *atomic.Bool
+}
+
+func (r reinitAfter) Commit(ctx context.Context, id checkpoint.ID) error {
+	had := r.store.pendingOf(r.task) > 0
+	if err := r.SinkWriter.Commit(ctx, id); err != nil {
+		return err
+	}
+	if had && r.done.CompareAndSwap(false, true) {
+		r.store.reinit(r.task)
+	}
+	return nil
+}
+
+// TestCommittedThenFencedIsRecorded: a task commits a checkpoint's
+// transaction, and before its next manifest records that, another owner
+// re-initialises the transactional ids, fencing it. Kafka (KIP-890) then
+// no longer tells that commit from an abort: the restart must not walk
+// back past the checkpoint and write its output again. The failed run
+// records what it committed, and the restart restores that checkpoint.
+func TestCommittedThenFencedIsRecorded(t *testing.T) {
+	const keys = 10
+	st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
+	store := newTxnStore[update]()
+	var fenced atomic.Bool
+	sink := store.sinkWith(func(ctx context.Context, info engine.TaskInfo, restored []checkpoint.Committable) (engine.SinkWriter[update], error) {
+		w, err := store.sink().Open(ctx, info, restored)
+		if err != nil {
+			return nil, err
+		}
+		return reinitAfter{SinkWriter: w, store: store, task: info.Task, done: &fenced}, nil
+	})
+	obs := &restores{after: 8, drain: make(chan struct{})}
+	err := engine.Run(t.Context(), countJob(t, 1<<40, keys, 1, nil, sink), engine.Config{
+		Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Epoch: 9, Retained: -1, RestartBackoff: time.Millisecond,
+		Observer: obs, Drain: obs.drain, Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if !fenced.Load() {
+		t.Fatal("no commit was followed by a re-initialisation: the test did not test")
+	}
+	obs.mu.Lock()
+	from := obs.from
+	obs.mu.Unlock()
+	if len(from) != 2 || from[1] < 2 {
+		t.Errorf("attempts restored %v, want none, then the checkpoint whose transaction committed", from)
+	}
+	ids, _, err := checkpoint.ListCheckpoints(t.Context(), st, "count", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := checkpoint.ReadManifest(t.Context(), st, "count", 0, ids[len(ids)-1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkExactlyOnce(t, store.visible(), sourceOffset(t, last), keys, 1)
+}

@@ -83,6 +83,8 @@ type task struct {
 	inputEnded atomic.Bool
 	finalID    checkpoint.ID // the checkpoint after which the task finishes
 	completed  bool          // a checkpoint other than the start one completed during this run
+	// lastCompleted is the newest checkpoint completed in this run.
+	lastCompleted checkpoint.ID
 }
 
 func newTask(plan *Plan, cfg *Config, id int, epoch int64, drain <-chan struct{}, unusable map[checkpoint.ID]error) *task {
@@ -234,6 +236,7 @@ func (t *task) NotifyComplete(id checkpoint.ID) {
 	finish := t.finalID != 0 && id >= t.finalID
 	// The checkpoint at the start is not progress: nothing was read.
 	t.completed = t.completed || id != t.startID
+	t.lastCompleted = max(t.lastCompleted, id)
 	t.mu.Unlock()
 	// Every root hears of the completion before any source finishes: a
 	// multi-input root must commit its sinks before the end of its inputs
@@ -464,6 +467,15 @@ func (t *task) run(ctx context.Context) (err error) {
 		return nil
 	})
 	if err := g.Wait(); err != nil {
+		// What the sinks committed since the newest manifest is known
+		// here only: once another owner re-initialised the transactional
+		// ids (a zombie fenced this one, say), the broker no longer tells a
+		// committed transaction from an aborted one, and the restart would
+		// walk back past it and write its output again.
+		t.mu.Lock()
+		last := t.lastCompleted
+		t.mu.Unlock()
+		t.recordCommits(context.WithoutCancel(ctx), last, "the failed run's")
 		return err
 	}
 	t.recordFinalCommits(ctx)
@@ -488,11 +500,18 @@ func (t *task) recordFinalCommits(ctx context.Context) {
 	t.mu.Lock()
 	final := t.finalID
 	t.mu.Unlock()
+	t.recordCommits(ctx, final, "the final checkpoint's")
+}
+
+// recordCommits writes a commit record, under checkpoint id, of the
+// transactions the sinks committed that no manifest records; whose names
+// them in the logs.
+func (t *task) recordCommits(ctx context.Context, id checkpoint.ID, whose string) {
 	var cs []checkpoint.Committable
 	for _, c := range t.committers {
 		cs = append(cs, c.committedUnrecorded()...)
 	}
-	if final == 0 || len(cs) == 0 {
+	if id == 0 || len(cs) == 0 {
 		return
 	}
 	if d := t.cfg.Checkpoint.Timeout; d > 0 {
@@ -500,11 +519,11 @@ func (t *task) recordFinalCommits(ctx context.Context) {
 		ctx, cancel = context.WithTimeout(ctx, d)
 		defer cancel()
 	}
-	r := checkpoint.CommitRecord{Job: t.job, Task: t.id, Checkpoint: final, Epoch: t.epoch, Timestamp: t.now(), Committed: cs}
+	r := checkpoint.CommitRecord{Job: t.job, Task: t.id, Checkpoint: id, Epoch: t.epoch, Timestamp: t.now(), Committed: cs}
 	if err := checkpoint.WriteCommitRecord(ctx, t.storage, r, t.attempt); err != nil {
-		t.log.Error("could not record that the final checkpoint's transactions committed; "+
-			"should the broker forget them before the task runs again, its restore fails saying so", "checkpoint", final, "err", err)
+		t.log.Error("could not record that "+whose+" transactions committed; "+
+			"should the broker forget them before the task runs again, its restore fails saying so", "checkpoint", id, "err", err)
 		return
 	}
-	t.log.Debug("recorded the final checkpoint's commits", "checkpoint", final, "transactions", len(cs))
+	t.log.Debug("recorded "+whose+" commits", "checkpoint", id, "transactions", len(cs))
 }

@@ -24,13 +24,18 @@ type txnStore[T any] struct {
 	// transactional id.
 	forgotten map[string]bool
 	committed []T
+	// misreported are committed transactions check calls lost: as a
+	// broker under KIP-890 does once another producer re-initialised the
+	// transactional id (it no longer tells a commit from an abort).
+	misreported map[string]bool
 	// gen counts, per task, the writers opened: opening one fences the
 	// older ones, as initialising a Kafka transactional id does.
 	gen map[int]int
 }
 
 func newTxnStore[T any]() *txnStore[T] {
-	return &txnStore[T]{pending: map[string][]T{}, done: map[string]bool{}, forgotten: map[string]bool{}, gen: map[int]int{}}
+	return &txnStore[T]{pending: map[string][]T{}, done: map[string]bool{}, forgotten: map[string]bool{}, gen: map[int]int{},
+		misreported: map[string]bool{}}
 }
 
 // fenced reports whether a newer writer of w's task was opened since w;
@@ -77,6 +82,8 @@ func (s *txnStore[T]) check(_ context.Context, cs []checkpoint.Committable) ([]e
 	out := make([]engine.CommitOutcome, len(cs))
 	for i, c := range cs {
 		switch _, open := s.pending[c.TransactionalID]; {
+		case s.misreported[c.TransactionalID]:
+			out[i] = engine.CommitLost
 		case s.done[c.TransactionalID]:
 			out[i] = engine.CommitDone
 		case open:
@@ -243,4 +250,20 @@ func (s *txnStore[T]) pendingOf(task int) int {
 		}
 	}
 	return n
+}
+
+// reinit re-initialises the task's transactional ids as another producer
+// would: pending transactions abort, the writers are fenced, and the
+// committed ones of the task are no longer told from aborted ones.
+func (s *txnStore[T]) reinit(task int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.abortTaskLocked(task)
+	s.gen[task]++
+	prefix := fmt.Sprintf("t%d-", task)
+	for txn := range s.done {
+		if strings.HasPrefix(txn, prefix) {
+			s.misreported[txn] = true
+		}
+	}
 }
