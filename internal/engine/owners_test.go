@@ -367,66 +367,6 @@ func (z zombieOpens) Commit(ctx context.Context, id checkpoint.ID) error {
 	return z.SinkWriter.Commit(ctx, id)
 }
 
-// TestZombieFencesFirstTransaction: an older owner that opens its sinks a
-// moment after the newer one claimed (it checked the claims before, then
-// paused) aborts the newer owner's first prepared transaction, whose
-// checkpoint is durable. The task restarts and walks back past that
-// checkpoint, which is only possible to a checkpoint before it: a fresh
-// task takes one before it reads a record, at its start positions and with
-// no transaction. Without it the task had no valid checkpoint and stopped
-// for good (found by processor chaos: a worker paused while it restored).
-func TestZombieFencesFirstTransaction(t *testing.T) {
-	const keys = 10
-	st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
-	store := newTxnStore[update]()
-	var fenced atomic.Bool
-	sink := store.sinkWith(func(ctx context.Context, info engine.TaskInfo, restored []checkpoint.Committable) (engine.SinkWriter[update], error) {
-		w, err := store.sink().Open(ctx, info, restored)
-		if err != nil {
-			return nil, err
-		}
-		return zombieOpens{SinkWriter: w, store: store, info: info, done: &fenced}, nil
-	})
-	obs := &restores{after: 8, drain: make(chan struct{})}
-	err := engine.Run(t.Context(), countJob(t, 1<<40, keys, 1, nil, sink), engine.Config{
-		Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Epoch: 9, Retained: -1, RestartBackoff: time.Millisecond,
-		Observer: obs, Drain: obs.drain, Checkpoint: checkpoint.Config{Interval: 5 * time.Millisecond},
-	})
-	if err != nil {
-		t.Fatalf("run: %v", err)
-	}
-	if !fenced.Load() {
-		t.Fatal("no transaction was fenced: the test did not test")
-	}
-	first, err := checkpoint.ReadManifest(t.Context(), st, "count", 0, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if off := sourceOffset(t, first); off != 0 {
-		t.Errorf("checkpoint 1 is at offset %d, want 0: taken before the first record", off)
-	}
-	for _, a := range first.Operators {
-		if len(a.Committables) > 0 {
-			t.Errorf("checkpoint 1 has transactions of %s: %v", a.Operator, a.Committables)
-		}
-	}
-	obs.mu.Lock()
-	from := obs.from
-	obs.mu.Unlock()
-	if len(from) != 2 || from[0] != 0 || from[1] != 1 {
-		t.Errorf("attempts restored %v, want none, then checkpoint 1", from)
-	}
-	ids, _, err := checkpoint.ListCheckpoints(t.Context(), st, "count", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last, err := checkpoint.ReadManifest(t.Context(), st, "count", 0, ids[len(ids)-1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkExactlyOnce(t, store.visible(), sourceOffset(t, last), keys, 1)
-}
-
 // reinitAfter re-initialises the task's transactional ids once, right
 // after the first commit of a checkpoint with a transaction.
 type reinitAfter struct {
@@ -447,13 +387,12 @@ func (r reinitAfter) Commit(ctx context.Context, id checkpoint.ID) error {
 	return nil
 }
 
-// TestCommittedThenFencedIsRecorded: a task commits a checkpoint's
-// transaction, and before its next manifest records that, another owner
-// re-initialises the transactional ids, fencing it. Kafka (KIP-890) then
-// no longer tells that commit from an abort: the restart must not walk
-// back past the checkpoint and write its output again. The failed run
-// records what it committed, and the restart restores that checkpoint.
-func TestCommittedThenFencedIsRecorded(t *testing.T) {
+// fencedRun runs the count job on task 0 until 8 checkpoints completed,
+// its sink's writers wrapped by wrap (which sets done once it fenced),
+// and checks that the output is exactly once. It returns the storage and
+// the checkpoints the task's attempts restored.
+func fencedRun(t *testing.T, wrap func(engine.SinkWriter[update], *txnStore[update], engine.TaskInfo, *atomic.Bool) engine.SinkWriter[update]) (checkpoint.Storage, []checkpoint.ID) {
+	t.Helper()
 	const keys = 10
 	st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
 	store := newTxnStore[update]()
@@ -463,7 +402,7 @@ func TestCommittedThenFencedIsRecorded(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return reinitAfter{SinkWriter: w, store: store, task: info.Task, done: &fenced}, nil
+		return wrap(w, store, info, &fenced), nil
 	})
 	obs := &restores{after: 8, drain: make(chan struct{})}
 	err := engine.Run(t.Context(), countJob(t, 1<<40, keys, 1, nil, sink), engine.Config{
@@ -474,13 +413,7 @@ func TestCommittedThenFencedIsRecorded(t *testing.T) {
 		t.Fatalf("run: %v", err)
 	}
 	if !fenced.Load() {
-		t.Fatal("no commit was followed by a re-initialisation: the test did not test")
-	}
-	obs.mu.Lock()
-	from := obs.from
-	obs.mu.Unlock()
-	if len(from) != 2 || from[1] < 2 {
-		t.Errorf("attempts restored %v, want none, then the checkpoint whose transaction committed", from)
+		t.Fatal("the writer was never fenced: the test did not test")
 	}
 	ids, _, err := checkpoint.ListCheckpoints(t.Context(), st, "count", 0)
 	if err != nil {
@@ -491,4 +424,51 @@ func TestCommittedThenFencedIsRecorded(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkExactlyOnce(t, store.visible(), sourceOffset(t, last), keys, 1)
+	obs.mu.Lock()
+	defer obs.mu.Unlock()
+	return st, obs.from
+}
+
+// TestZombieFencesFirstTransaction: an older owner that opens its sinks a
+// moment after the newer one claimed (it checked the claims before, then
+// paused) aborts the newer owner's first prepared transaction, whose
+// checkpoint is durable. The task restarts and walks back past that
+// checkpoint, which is only possible to a checkpoint before it: a fresh
+// task takes one before it reads a record, at its start positions and with
+// no transaction. Without it the task had no valid checkpoint and stopped
+// for good (found by processor chaos: a worker paused while it restored).
+func TestZombieFencesFirstTransaction(t *testing.T) {
+	st, from := fencedRun(t, func(w engine.SinkWriter[update], store *txnStore[update], info engine.TaskInfo, done *atomic.Bool) engine.SinkWriter[update] {
+		return zombieOpens{SinkWriter: w, store: store, info: info, done: done}
+	})
+	first, err := checkpoint.ReadManifest(t.Context(), st, "count", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off := sourceOffset(t, first); off != 0 {
+		t.Errorf("checkpoint 1 is at offset %d, want 0: taken before the first record", off)
+	}
+	for _, a := range first.Operators {
+		if len(a.Committables) > 0 {
+			t.Errorf("checkpoint 1 has transactions of %s: %v", a.Operator, a.Committables)
+		}
+	}
+	if len(from) != 2 || from[0] != 0 || from[1] != 1 {
+		t.Errorf("attempts restored %v, want none, then checkpoint 1", from)
+	}
+}
+
+// TestCommittedThenFencedIsRecorded: a task commits a checkpoint's
+// transaction, and before its next manifest records that, another owner
+// re-initialises the transactional ids, fencing it. Kafka (KIP-890) then
+// no longer tells that commit from an abort: the restart must not walk
+// back past the checkpoint and write its output again. The failed run
+// records what it committed, and the restart restores that checkpoint.
+func TestCommittedThenFencedIsRecorded(t *testing.T) {
+	_, from := fencedRun(t, func(w engine.SinkWriter[update], store *txnStore[update], info engine.TaskInfo, done *atomic.Bool) engine.SinkWriter[update] {
+		return reinitAfter{SinkWriter: w, store: store, task: info.Task, done: done}
+	})
+	if len(from) != 2 || from[1] < 2 {
+		t.Errorf("attempts restored %v, want none, then the checkpoint whose transaction committed", from)
+	}
 }
