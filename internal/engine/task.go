@@ -472,8 +472,10 @@ func (t *task) run(ctx context.Context) (err error) {
 		// ids (a zombie fenced this one, say), the broker no longer tells a
 		// committed transaction from an aborted one, and the restart would
 		// walk back past it and write its output again.
+		// The restored checkpoint's transactions, committed when the sinks
+		// opened, count too: no manifest of this run may record them.
 		t.mu.Lock()
-		last := t.lastCompleted
+		last := max(t.lastCompleted, t.restoredFrom)
 		t.mu.Unlock()
 		t.recordCommits(context.WithoutCancel(ctx), last, "the failed run's")
 		return err
