@@ -333,6 +333,15 @@ func (c annotatedWriter[T]) PreCommit(ctx context.Context, id checkpoint.ID) ([]
 	return cs, err
 }
 
+// Commit annotates its error too: it reports a failed record of the
+// transaction written meanwhile (the next checkpoint's) when that came first.
+func (c annotatedWriter[T]) Commit(ctx context.Context, id checkpoint.ID) error {
+	if err := c.SinkWriter.Commit(ctx, id); err != nil {
+		return c.annotate(err)
+	}
+	return nil
+}
+
 // WriteAt passes the event time on to the Kafka sink.
 func (c annotatedWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
 	if c.tw == nil {

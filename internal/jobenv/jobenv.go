@@ -77,7 +77,7 @@ type Env struct {
 	// counter the tasks all added to per record was a cache line they
 	// fought over); nil counts nothing.
 	In, Out func(task int) *atomic.Int64
-	// WriteError annotates an error of a sink's Write or PreCommit (a
+	// WriteError annotates an error of a sink's Write, PreCommit or Commit (a
 	// record too large names the settings it runs into); nil leaves it.
 	WriteError func(error) error
 
