@@ -477,7 +477,12 @@ func (t *task) run(ctx context.Context) (err error) {
 		t.mu.Lock()
 		last := max(t.lastCompleted, t.restoredFrom)
 		t.mu.Unlock()
-		t.recordCommits(context.WithoutCancel(ctx), last, "the failed run's")
+		// Bounded tighter than a checkpoint: a task stopped at once (its
+		// worker lost the group session) must not wait long on a storage
+		// that does not answer.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failedRecordTimeout)
+		t.recordCommits(rctx, last, "the failed run's")
+		cancel()
 		return err
 	}
 	t.recordFinalCommits(ctx)
@@ -504,6 +509,9 @@ func (t *task) recordFinalCommits(ctx context.Context) {
 	t.mu.Unlock()
 	t.recordCommits(ctx, final, "the final checkpoint's")
 }
+
+// failedRecordTimeout bounds the commit record of a failed run.
+const failedRecordTimeout = 5 * time.Second
 
 // recordCommits writes a commit record, under checkpoint id, of the
 // transactions the sinks committed that no manifest records; whose names
