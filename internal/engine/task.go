@@ -481,7 +481,9 @@ func (t *task) run(ctx context.Context) (err error) {
 		// worker lost the group session) must not wait long on a storage
 		// that does not answer.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failedRecordTimeout)
-		t.recordCommits(rctx, last, "the failed run's")
+		t.recordCommits(rctx, last, "the failed run's",
+			"should another owner re-initialise the transactional ids before a manifest records them, the restart "+
+				"cannot tell them from aborted ones and derives their output again")
 		cancel()
 		return err
 	}
@@ -507,7 +509,8 @@ func (t *task) recordFinalCommits(ctx context.Context) {
 	t.mu.Lock()
 	final := t.finalID
 	t.mu.Unlock()
-	t.recordCommits(ctx, final, "the final checkpoint's")
+	t.recordCommits(ctx, final, "the final checkpoint's",
+		"should the broker forget them before the task runs again, its restore fails saying so")
 }
 
 // failedRecordTimeout bounds the commit record of a failed run.
@@ -515,8 +518,8 @@ const failedRecordTimeout = 5 * time.Second
 
 // recordCommits writes a commit record, under checkpoint id, of the
 // transactions the sinks committed that no manifest records; whose names
-// them in the logs.
-func (t *task) recordCommits(ctx context.Context, id checkpoint.ID, whose string) {
+// them in the logs, and without says what follows if the record is missing.
+func (t *task) recordCommits(ctx context.Context, id checkpoint.ID, whose, without string) {
 	var cs []checkpoint.Committable
 	for _, c := range t.committers {
 		cs = append(cs, c.committedUnrecorded()...)
@@ -531,8 +534,7 @@ func (t *task) recordCommits(ctx context.Context, id checkpoint.ID, whose string
 	}
 	r := checkpoint.CommitRecord{Job: t.job, Task: t.id, Checkpoint: id, Epoch: t.epoch, Timestamp: t.now(), Committed: cs}
 	if err := checkpoint.WriteCommitRecord(ctx, t.storage, r, t.attempt); err != nil {
-		t.log.Error("could not record that "+whose+" transactions committed; "+
-			"should the broker forget them before the task runs again, its restore fails saying so", "checkpoint", id, "err", err)
+		t.log.Error("could not record that "+whose+" transactions committed; "+without, "checkpoint", id, "err", err)
 		return
 	}
 	t.log.Debug("recorded "+whose+" commits", "checkpoint", id, "transactions", len(cs))
