@@ -87,6 +87,18 @@ type Committable struct {
 	Epoch           int16  `json:"epoch"`
 	// Data carries what a non-Kafka sink needs to commit (tests use it).
 	Data json.RawMessage `json:"data,omitempty"`
+	// Record is where one record of the transaction landed: evidence, in
+	// the output's own log, of what became of it, for when the
+	// coordinator's record no longer tells (the id was re-initialised
+	// after the transaction ended). Not part of the transaction's Key.
+	Record RecordAt `json:"record,omitzero"`
+}
+
+// RecordAt is the position of one record in a Kafka topic.
+type RecordAt struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	Offset    int64  `json:"offset"`
 }
 
 // Ack is one participant's acknowledgement of a checkpoint: its share of the

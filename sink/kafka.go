@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -144,6 +145,39 @@ type txnWriter[T any] struct {
 	// awaitTopicsLoaded).
 	topics []string
 	loaded []map[string]bool
+	// landed are, per slot, where the first acknowledged record of its
+	// transaction landed: the committable's evidence (checkpoint.RecordAt).
+	landed []firstRecord
+}
+
+// firstRecord keeps the position of the first record a produce promise
+// acknowledged: set once per transaction by franz-go's goroutines, read
+// and reset by the writer after the flush (no promise of the slot runs
+// then).
+type firstRecord struct {
+	set atomic.Bool
+	mu  sync.Mutex
+	at  checkpoint.RecordAt
+}
+
+func (f *firstRecord) note(r *kgo.Record) {
+	if f.set.Load() {
+		return
+	}
+	f.mu.Lock()
+	if !f.set.Load() {
+		f.at = checkpoint.RecordAt{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset}
+		f.set.Store(true)
+	}
+	f.mu.Unlock()
+}
+
+func (f *firstRecord) take() checkpoint.RecordAt {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at := f.at
+	f.at, _ = checkpoint.RecordAt{}, f.set.Swap(false)
+	return at
 }
 
 func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, log *slog.Logger, restored []checkpoint.Committable) (_ *txnWriter[T], err error) {
@@ -163,17 +197,20 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, lo
 		clientID: fmt.Sprintf("%s-%d", prefix, info.Task),
 		clients:  make([]*kgo.Client, cfg.poolSize()),
 		loaded:   make([]map[string]bool, cfg.poolSize()),
+		landed:   make([]firstRecord, cfg.poolSize()),
 		pool:     newPool(cfg.poolSize()),
 		cur:      -1,
 		marks:    newMarks(cfg, info),
 		gate:     newInflightGate(cfg.FlushTarget, maxInFlight, time.Now),
 	}
-	for _, id := range w.ids {
+	for i, id := range w.ids {
 		w.promises = append(w.promises, func(r *kgo.Record, err error) {
 			w.gate.done()
 			if err != nil {
 				w.failed.set(fmt.Errorf("an earlier record (%d bytes) to %s/%d failed in transaction %s: %w",
 					len(r.Key)+len(r.Value), r.Topic, r.Partition, id, err))
+			} else {
+				w.landed[i].note(r)
 			}
 			recycle(r)
 		})
@@ -353,6 +390,7 @@ func (w *txnWriter[T]) produce(ctx context.Context, r *kgo.Record) error {
 			return fmt.Errorf("begin transaction on %s: %w", w.ids[w.cur], err)
 		}
 		w.topics = w.topics[:0]
+		w.landed[w.cur].take()
 	}
 	if n := len(w.topics); n == 0 || w.topics[n-1] != r.Topic {
 		w.noteTopic(r.Topic)
@@ -450,6 +488,7 @@ func (w *txnWriter[T]) PreCommit(ctx context.Context, id checkpoint.ID) ([]check
 			TransactionalID: w.ids[w.cur],
 			ProducerID:      pid,
 			Epoch:           epoch,
+			Record:          w.landed[w.cur].take(),
 		})
 		w.cur, w.written = -1, 0
 		w.openNext()

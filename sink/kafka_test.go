@@ -634,3 +634,74 @@ func TestEventTimeStamps(t *testing.T) {
 		})
 	}
 }
+
+// TestReinitialisedDecidedByLog: once a transaction's id is re-initialised
+// after the transaction ended (an older owner paused past its session comes
+// back, or the owner was killed after its commit and before a manifest
+// recorded it), the coordinator's record reads alike after a commit and an
+// abort, and the probe is refused either way. The output's log tells them
+// apart: a committed transaction is found committed (restoring before it
+// would write its output twice), an aborted one lost, and one whose record
+// is not in the log is unknown, which fails the restore loudly.
+func TestReinitialisedDecidedByLog(t *testing.T) {
+	e := newEnv(t)
+	w := e.mustOpen(e.config(), nil)
+	write(t, w, "a", "b")
+	done := preCommit(t, w, 1)
+	commit(t, w, 1)
+	write(t, w, "c")
+	open := preCommit(t, w, 2)
+	if len(done) != 1 || len(open) != 1 || done[0].TransactionalID == open[0].TransactionalID {
+		t.Fatalf("committables %+v and %+v: want one each, on two slots", done, open)
+	}
+	for _, c := range append(slices.Clone(done), open...) {
+		if c.Record.Topic != e.topic || c.Record.Offset < 0 {
+			t.Fatalf("committable %+v names no record of its transaction", c)
+		}
+	}
+	crash(w) // killed after checkpoint 1's commit: no manifest records it
+
+	// Another owner's InitProducerID on both ids: it aborts the open one
+	// and moves both records on.
+	for _, c := range append(slices.Clone(done), open...) {
+		cl := e.cluster.Client(t, kgo.TransactionalID(c.TransactionalID))
+		if _, _, err := cl.ProducerID(ctx(t)); err != nil {
+			t.Fatalf("re-initialise %s: %v", c.TransactionalID, err)
+		}
+		t.Logf("%s after re-initialisation: %s", c.TransactionalID, e.describe(c.TransactionalID))
+	}
+
+	// Records that are not the transaction's: another producer's, and past
+	// the log's end.
+	r := &kgo.Record{Topic: e.topic, Value: []byte("plain")}
+	if err := e.plain.ProduceSync(ctx(t), r).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	other, past := done[0], done[0]
+	other.Record.Offset = r.Offset
+	past.Record.Offset = r.Offset + 1000
+
+	sts, err := Check(ctx(t), e.plain, []checkpoint.Committable{done[0], open[0], other, past})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []engine.CommitOutcome{engine.CommitDone, engine.CommitLost, engine.CommitUnknown, engine.CommitUnknown}
+	for i, st := range sts {
+		t.Logf("%s: %v (record %s, probed %v, refusal %v): %s", st.Committable.TransactionalID, st.Outcome, st.State, st.Probed, st.Refusal, st.Marker)
+		if st.Outcome != want[i] {
+			t.Errorf("committable %d (%+v): %v, want %v", i, st.Committable.Record, st.Outcome, want[i])
+		}
+	}
+	if t.Failed() {
+		return
+	}
+	err = Validate(ctx(t), e.plain, open)
+	var lost *LostError
+	if !errors.As(err, &lost) || !strings.Contains(err.Error(), "abort marker") {
+		t.Fatalf("Validate of the aborted transaction: %v, want a *LostError naming its abort marker", err)
+	}
+	if err := Validate(ctx(t), e.plain, []checkpoint.Committable{other}); !errors.Is(err, ErrUnknownOutcome) {
+		t.Fatalf("Validate of a committable whose record is another producer's: %v, want ErrUnknownOutcome", err)
+	}
+	e.wantCommitted("a", "b", "plain")
+}

@@ -31,6 +31,10 @@ type Status struct {
 	// Refusal is the broker's answer to the last EndTxn that did not
 	// commit (a probe or a resume), if any.
 	Refusal error
+	// Marker says what the output's log showed when the probe was
+	// refused and the committable names a record of the transaction
+	// (see fromLog): the transaction's marker, or why none was found.
+	Marker string
 }
 
 // LostError says a committable of a checkpoint names a transaction that can
@@ -49,6 +53,9 @@ type LostError struct {
 	// ProbeFailure is the broker's refusal of an EndTxn with the saved
 	// producer id and epoch, when one was sent.
 	ProbeFailure error
+	// Marker is what the output's log showed after the refusal, if it
+	// was read (Status.Marker).
+	Marker string
 }
 
 // InvalidatesCheckpoint marks the error for callers that cannot import this
@@ -61,6 +68,9 @@ func (e *LostError) Error() string {
 		e.TransactionalID, e.ProducerID, e.Epoch, e.State, e.NowProducer, e.NowEpoch)
 	if e.ProbeFailure != nil {
 		s += fmt.Sprintf(" and refused to commit it: %v", e.ProbeFailure)
+	}
+	if e.Marker != "" {
+		s += "; the output's log shows its " + e.Marker
 	}
 	return s
 }
@@ -76,19 +86,22 @@ func (e *LostError) Error() string {
 //	PrepareAbort, CompleteAbort,
 //	  PrepareEpochFence, Dead                 Lost
 //	no record (TRANSACTIONAL_ID_NOT_FOUND),
-//	  another producer id                     Unknown
+//	  another producer id                     the output's log
 //	anything else (Empty or Ongoing at a
-//	  later epoch, a commit at a later one)   probe
+//	  later epoch, a commit at a later one)   probe, then the output's log
 //
 // A probe sends EndTxn(commit) with (P, E), which can change nothing in
 // these states: the broker answers success only to the retry of a commit it
-// completed at exactly that epoch (Committed); any error means Lost. The
-// record is asked first, not the probe alone, because a refusal looks the
-// same whether the transaction aborted or committed and a later one began
-// (PRODUCER_FENCED); only a success is evidence. A real broker with
-// transaction protocol v2 answers the cases above from the record; the
-// probe decides on brokers that do not keep Complete* states (kfake reports
-// Empty after both a commit and an abort).
+// completed at exactly that epoch (Committed). A refusal looks the same
+// whether the transaction aborted or committed and a later one began
+// (PRODUCER_FENCED), so it is not evidence: the transaction's marker in
+// the output's log decides (fromLog), for a committable that names one of
+// its records; one of an older build that names none is Lost after a
+// refusal and Unknown without a record. The record is asked first, not the
+// log alone, because a transaction still open has no marker yet. A real
+// broker with transaction protocol v2 answers most cases from the record;
+// the probe and the log decide on brokers that do not keep Complete*
+// states (kfake reports Empty after both a commit and an abort).
 func Check(ctx context.Context, cl *kgo.Client, committables []checkpoint.Committable) ([]Status, error) {
 	tv, err := transactionVersion(ctx, cl)
 	if err != nil {
@@ -157,8 +170,12 @@ var ErrUnknownOutcome = errors.New("the transaction coordinator keeps no record 
 
 func (st Status) unknownError() error {
 	c := st.Committable
-	return fmt.Errorf("transaction %s (producer id %d, epoch %d): %w (it has the id %s at producer id %d, epoch %d): "+
+	err := fmt.Errorf("transaction %s (producer id %d, epoch %d): %w (it has the id %s at producer id %d, epoch %d): "+
 		"whether it committed cannot be told", c.TransactionalID, c.ProducerID, c.Epoch, ErrUnknownOutcome, st.State, st.ProducerID, st.Epoch)
+	if st.Marker != "" {
+		err = fmt.Errorf("%w, nor from the output's log: %s", err, st.Marker)
+	}
+	return err
 }
 
 func (st Status) lostError() *LostError {
@@ -170,6 +187,7 @@ func (st Status) lostError() *LostError {
 		NowProducer:     st.ProducerID,
 		NowEpoch:        st.Epoch,
 		ProbeFailure:    st.Refusal,
+		Marker:          st.Marker,
 	}
 }
 
@@ -211,20 +229,111 @@ func check(ctx context.Context, cl *kgo.Client, tv int16, c checkpoint.Committab
 	st.State, st.ProducerID, st.Epoch = state, pid, epoch
 	o, ok := classify(tv, c, state, pid, epoch)
 	st.Outcome = o
-	if ok {
+	if !ok {
+		st.Probed = true
+		perr, err := endTxn(ctx, cl, c, true)
+		if err != nil {
+			return st, err
+		}
+		st.Refusal = perr
+		if perr == nil {
+			st.Outcome = engine.CommitDone
+			return st, nil
+		}
+	} else if o != engine.CommitUnknown {
 		return st, nil
 	}
-	st.Probed = true
-	perr, err := endTxn(ctx, cl, c, true)
-	if err != nil {
-		return st, err
+	// A refused probe, or a coordinator that forgot the producer: the
+	// output's log decides. A committable of an older build names no
+	// record; its outcome stays what the coordinator said.
+	if c.Record.Topic == "" {
+		return st, nil
 	}
-	if perr == nil {
-		st.Outcome = engine.CommitDone
-	}
-	st.Refusal = perr
-	return st, nil
+	st.Outcome, st.Marker, err = fromLog(ctx, cl, c)
+	return st, err
 }
+
+// fromLog decides what became of c from the output's own log, for when the
+// coordinator's record no longer tells: its id was re-initialised after the
+// transaction ended (under transaction protocol v2 the record then reads
+// alike after a commit and after an abort), or it expired
+// (transactional.id.expiration.ms). A transaction's records are
+// followed, in every partition it wrote, by its marker: a control record of
+// the same producer saying commit or abort, and the first control record of
+// that producer after one of its records is that transaction's marker (the
+// producer's next transaction begins only after it). So fromLog reads the
+// partition from c.Record, uncommitted records and control records
+// included:
+//
+//	the record at c.Record is not there, or is another producer's  Unknown
+//	(retention or compaction removed it, the topic was recreated)
+//	the producer's next control record says commit                 Committed
+//	the producer's next control record says abort                  Lost
+//
+// It returns an error when the marker is not found within logReadTimeout
+// (the broker is unreachable, or the marker is not yet replicated): the
+// question could not be answered.
+func fromLog(ctx context.Context, cl *kgo.Client, c checkpoint.Committable) (engine.CommitOutcome, string, error) {
+	at := c.Record
+	rd, err := kgo.NewClient(append(cl.Opts(),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{at.Topic: {at.Partition: kgo.NewOffset().At(at.Offset)}}),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()),
+		kgo.KeepControlRecords(),
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()),
+	)...)
+	if err != nil {
+		return 0, "", fmt.Errorf("kafka client to read the marker of transaction %s: %w", c.TransactionalID, err)
+	}
+	defer rd.Close()
+	ctx, cancel := context.WithTimeout(ctx, logReadTimeout)
+	defer cancel()
+	where := fmt.Sprintf("%s/%d at offset %d", at.Topic, at.Partition, at.Offset)
+	first := true
+	var lastErr error
+	for {
+		fs := rd.PollFetches(ctx)
+		if ctx.Err() != nil {
+			return 0, "", fmt.Errorf("read %s for the marker of transaction %s (producer id %d): none found in %v (last error: %v)",
+				where, c.TransactionalID, c.ProducerID, logReadTimeout, lastErr)
+		}
+		var gone error
+		fs.EachError(func(_ string, _ int32, err error) {
+			if errors.Is(err, kerr.OffsetOutOfRange) {
+				gone = err
+			}
+			lastErr = err
+		})
+		if gone != nil {
+			return engine.CommitUnknown, fmt.Sprintf("the log holds no record at %s (retention removed it, or the topic was recreated): %v", where, gone), nil
+		}
+		for it := fs.RecordIter(); !it.Done(); {
+			r := it.Next()
+			if first {
+				first = false
+				if r.Offset != at.Offset || r.ProducerID != c.ProducerID || r.Attrs.IsControl() {
+					return engine.CommitUnknown, fmt.Sprintf("the record at %s is not the transaction's: the log has producer id %d at offset %d there",
+						where, r.ProducerID, r.Offset), nil
+				}
+			}
+			if r.ProducerID != c.ProducerID || !r.Attrs.IsControl() {
+				continue
+			}
+			var key kmsg.ControlRecordKey
+			if err := key.ReadFrom(r.Key); err != nil {
+				return 0, "", fmt.Errorf("the marker of transaction %s at %s/%d offset %d: %w", c.TransactionalID, at.Topic, at.Partition, r.Offset, err)
+			}
+			switch key.Type {
+			case kmsg.ControlRecordKeyTypeCommit:
+				return engine.CommitDone, fmt.Sprintf("commit marker at offset %d after its record at %s", r.Offset, where), nil
+			case kmsg.ControlRecordKeyTypeAbort:
+				return engine.CommitLost, fmt.Sprintf("abort marker at offset %d after its record at %s", r.Offset, where), nil
+			}
+		}
+	}
+}
+
+// logReadTimeout bounds fromLog.
+const logReadTimeout = 30 * time.Second
 
 // describe returns the coordinator's record of a transactional id, retrying
 // while the coordinator moves or loads.

@@ -483,7 +483,7 @@ func (t *task) run(ctx context.Context) (err error) {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), failedRecordTimeout)
 		t.recordCommits(rctx, last, "the failed run's",
 			"should another owner re-initialise the transactional ids before a manifest records them, the restart "+
-				"cannot tell them from aborted ones and derives their output again")
+				"reads their outcome from the markers in the output's log, and fails if that no longer holds them")
 		cancel()
 		return err
 	}

@@ -219,7 +219,7 @@ func (w *walkBack) next() walkStep {
 
 // forgotten says why a transaction can be unknown to everyone.
 const forgotten = "the broker expired its transactional id (transactional.id.expiration.ms, 7 days by default) " +
-	"or re-initialised it, and no later checkpoint recorded its commit"
+	"or re-initialised it, no later checkpoint recorded its commit, and the output's log does not show its marker"
 
 func describeTxn(c checkpoint.Committable) string {
 	return fmt.Sprintf("%s (producer %d, epoch %d)", c.TransactionalID, c.ProducerID, c.Epoch)
