@@ -153,8 +153,10 @@ func TestWalkBackPastARecordedCommit(t *testing.T) {
 // a transactional.id.expiration.ms of seconds, not 7 days). The drain
 // recorded its final checkpoint's commits in storage, so the restart
 // restores it and the output stays exactly once. With that record gone,
-// nothing tells whether the final checkpoint's output was committed: the
-// restart refuses loudly, and writes nothing.
+// the transactions' markers in the output topic tell: the same. With the
+// output's records deleted too, nothing tells whether the final
+// checkpoint's output was committed: the restart refuses loudly, and
+// writes nothing.
 func TestRestartAfterTheBrokerForgot(t *testing.T) {
 	if os.Getenv("KAFKA_BROKERS") == "" && os.Getenv("WEIR_OWN_BROKER_TESTS") != "1" {
 		t.Skip("starts a broker of its own with a short transactional.id.expiration.ms (java, scripts/kafka): runs with " +
@@ -169,16 +171,19 @@ func TestRestartAfterTheBrokerForgot(t *testing.T) {
 		"transactional.id.expiration.ms":                             "8000",
 		"transaction.remove.expired.transaction.cleanup.interval.ms": "500",
 	})
-	for _, keep := range []bool{true, false} {
-		name := "commit record kept"
-		if !keep {
-			name = "commit record lost"
-		}
-		t.Run(name, func(t *testing.T) { restartAfterExpiry(t, c, keep) })
+	for _, tc := range []struct {
+		name                string
+		keepRecord, keepLog bool
+	}{
+		{"commit record kept", true, true},
+		{"commit record lost, the markers tell", false, true},
+		{"commit record and output lost", false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) { restartAfterExpiry(t, c, tc.keepRecord, tc.keepLog) })
 	}
 }
 
-func restartAfterExpiry(t *testing.T, c *testcluster.Cluster, keepRecord bool) {
+func restartAfterExpiry(t *testing.T, c *testcluster.Cluster, keepRecord, keepLog bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	j := newCountJob(t, c, 2)
@@ -241,10 +246,25 @@ func restartAfterExpiry(t *testing.T, c *testcluster.Cluster, keepRecord bool) {
 		}
 	}
 	t.Logf("the broker forgot the final checkpoints' transactional ids")
+	if !keepLog {
+		// As retention would: the records the final checkpoints name are
+		// gone from the output topic.
+		ends, err := adm.ListEndOffsets(ctx, j.output)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := adm.DeleteRecords(ctx, ends.Offsets())
+		if err == nil {
+			err = resp.Error()
+		}
+		if err != nil {
+			t.Fatalf("delete the output's records: %v", err)
+		}
+	}
 	before, _ := out.Progress()
 
 	b := j.run("B", "0,1", flags...)
-	if !keepRecord {
+	if !keepLog {
 		_, line, err := b.WaitLine(ctx, 0, func(l string) bool {
 			return strings.Contains(l, "neither the broker nor checkpoint storage keeps a record")
 		})

@@ -176,7 +176,8 @@ func (f *firstRecord) take() checkpoint.RecordAt {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	at := f.at
-	f.at, _ = checkpoint.RecordAt{}, f.set.Swap(false)
+	f.at = checkpoint.RecordAt{}
+	f.set.Store(false)
 	return at
 }
 

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -123,6 +122,9 @@ func (w *walkBack) next() walkStep {
 	var notes []walkNote
 	zombie := zombieManifests(w.ms)
 	rejected := map[checkpoint.TxnKey]CommitOutcome{}
+	// seen are the committables of the manifests walked, whole: an abort
+	// is asked with what the manifest says (the record it names too).
+	seen := map[checkpoint.TxnKey]checkpoint.Committable{}
 	var lost []string
 	for i := len(w.ms) - 1; i >= 0; i-- {
 		m := &w.ms[i]
@@ -132,6 +134,9 @@ func (w *walkBack) next() walkStep {
 			continue
 		}
 		cs := committables(*m)
+		for _, c := range cs {
+			seen[c.Key()] = c
+		}
 		var ask []checkpoint.Committable
 		outcomes := make([]CommitOutcome, len(cs))
 		for j, c := range cs {
@@ -201,7 +206,7 @@ func (w *walkBack) next() walkStep {
 				return walkStep{notes: notes, err: fmt.Errorf("abort transaction %s (producer %d, epoch %d): the sink says it is still open",
 					k.ID, k.Producer, k.Epoch)}
 			}
-			open = append(open, committableOf(k))
+			open = append(open, seen[k])
 		}
 		if len(open) > 0 {
 			return walkStep{abort: open}
@@ -223,10 +228,6 @@ const forgotten = "the broker expired its transactional id (transactional.id.exp
 
 func describeTxn(c checkpoint.Committable) string {
 	return fmt.Sprintf("%s (producer %d, epoch %d)", c.TransactionalID, c.ProducerID, c.Epoch)
-}
-
-func committableOf(k checkpoint.TxnKey) checkpoint.Committable {
-	return checkpoint.Committable{Operator: k.Operator, TransactionalID: k.ID, ProducerID: k.Producer, Epoch: k.Epoch, Data: json.RawMessage(k.Data)}
 }
 
 // sortedKeys returns the keys of m in a fixed order, so that the walk asks
