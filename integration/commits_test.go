@@ -277,7 +277,9 @@ func restartAfterExpiry(t *testing.T, c *testcluster.Cluster, keepRecord, keepLo
 			t.Fatalf("B did not refuse: %v", err)
 		}
 		t.Logf("B refused: %s", line)
-		b.Kill9()
+		if err := b.ExitErr(time.Minute); err == nil {
+			t.Fatal("B exited 0 after it refused to restore")
+		}
 		if after, _ := out.Progress(); after != before {
 			t.Fatalf("the refusing worker wrote %d records", after-before)
 		}

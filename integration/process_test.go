@@ -287,7 +287,8 @@ func (p *proc) ExitErr(d time.Duration) error {
 // Signal sends sig to the process, by pid.
 func (p *proc) Signal(sig syscall.Signal) {
 	p.t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil && !p.Exited() {
+	// ErrProcessDone: reaped already, its exit not yet noted (Exited).
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) && !p.Exited() {
 		p.t.Fatalf("signal %v to %s (pid %d): %v", sig, p.name, p.Pid(), err)
 	}
 }
