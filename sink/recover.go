@@ -31,9 +31,10 @@ type Status struct {
 	// Refusal is the broker's answer to the last EndTxn that did not
 	// commit (a probe or a resume), if any.
 	Refusal error
-	// Marker says what the output's log showed when the probe was
-	// refused and the committable names a record of the transaction
-	// (see fromLog): the transaction's marker, or why none was found.
+	// Marker says what the output's log showed, when the coordinator
+	// could not tell (a refused probe, a forgotten id) and the
+	// committable names a record of the transaction (see fromLog): the
+	// transaction's marker, or why it could not be found.
 	Marker string
 }
 
@@ -53,8 +54,8 @@ type LostError struct {
 	// ProbeFailure is the broker's refusal of an EndTxn with the saved
 	// producer id and epoch, when one was sent.
 	ProbeFailure error
-	// Marker is what the output's log showed after the refusal, if it
-	// was read (Status.Marker).
+	// Marker is what the output's log showed, if it was read
+	// (Status.Marker).
 	Marker string
 }
 
