@@ -468,10 +468,11 @@ func (t *task) run(ctx context.Context) (err error) {
 	})
 	if err := g.Wait(); err != nil {
 		// What the sinks committed since the newest manifest is known
-		// here only: once another owner re-initialised the transactional
-		// ids (a zombie fenced this one, say), the broker no longer tells a
-		// committed transaction from an aborted one, and the restart would
-		// walk back past it and write its output again.
+		// here for certain: once another owner re-initialised the
+		// transactional ids (a zombie fenced this one, say), the broker no
+		// longer tells a committed transaction from an aborted one, and the
+		// restart must read the transactions' markers from the output
+		// instead, which retention may have removed by then.
 		// The restored checkpoint's transactions, committed when the sinks
 		// opened, count too: no manifest of this run may record them.
 		t.mu.Lock()
@@ -510,7 +511,8 @@ func (t *task) recordFinalCommits(ctx context.Context) {
 	final := t.finalID
 	t.mu.Unlock()
 	t.recordCommits(ctx, final, "the final checkpoint's",
-		"should the broker forget them before the task runs again, its restore fails saying so")
+		"should the broker forget them before the task runs again, its restore reads their outcome from the markers "+
+			"in the output's log, and fails if that no longer holds them")
 }
 
 // failedRecordTimeout bounds the commit record of a failed run.
