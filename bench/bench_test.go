@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -175,6 +176,71 @@ func TestChecker(t *testing.T) {
 			err := c.verify(records)
 			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
 				t.Errorf("verify: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestRecheck: the check a throughput run makes after its timing reads
+// the output again and finds what the check as it read found: a
+// duplicate, a missing result, and a read that cannot reach the count the
+// run saw.
+func TestRecheck(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: needs Kafka")
+	}
+	c := testcluster.Kafka(t)
+	const keys, records = 3, 9
+	result := func(j, count int64) *kgo.Record {
+		s := count*j + keys*count*(count-1)/2
+		key := fmt.Sprintf("k%d", j)
+		return &kgo.Record{Key: []byte(key), Value: fmt.Appendf(nil, `{"key":%q,"count":%d,"sum":%d}`, key, count, s)}
+	}
+	var all []*kgo.Record
+	for j := range int64(keys) {
+		for count := int64(1); count <= records/keys; count++ {
+			all = append(all, result(j, count))
+		}
+	}
+	old := recheckTimeout
+	recheckTimeout = 5 * time.Second
+	t.Cleanup(func() { recheckTimeout = old })
+	b := &bench{c: config{keys: keys, records: records}, brokers: c.Brokers}
+	cl := c.Client(t)
+	for i, tc := range []struct {
+		name  string
+		out   []*kgo.Record
+		n     int64 // what the run counted
+		check string
+		err   string
+	}{
+		{"exactly once", all, records, "", ""},
+		{"duplicate", append(slices.Clone(all), all[4]), records + 1, "1 duplicates", ""},
+		{"missing", all[1:], records - 1, "1 missing", ""},
+		{"fewer than counted", all, records + 2, "", "9 of the 11 results the run counted"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			topic := fmt.Sprintf("recheck-%d", i)
+			c.CreateTopics(t, 1, topic)
+			for _, r := range tc.out {
+				r := *r
+				r.Topic = topic
+				if err := cl.ProduceSync(t.Context(), &r).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			check, err := b.recheck(t.Context(), topic, tc.n, false)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("recheck: %v, want %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.check == "" && check != nil || tc.check != "" && (check == nil || !strings.Contains(check.Error(), tc.check)) {
+				t.Errorf("check: %v, want %q", check, tc.check)
 			}
 		})
 	}

@@ -159,6 +159,34 @@ func (c *checker) verifySoFar() error {
 	return fmt.Errorf("not exactly once: %d missing below a later count, %d duplicates, problems %v", missing, c.dups, c.bad)
 }
 
+// recheck reads topic read_committed from the start again until it has
+// the n results a run's reader counted, and checks them: the check of a
+// throughput run, done after its timing. raw counts the passthrough's
+// copies without checking them. The error is the check's verdict; err
+// is for a read that could not finish.
+func (b *bench) recheck(ctx context.Context, topic string, n int64, raw bool) (check, err error) {
+	chk := newChecker(b.c.keys)
+	chk.raw = raw
+	rctx, cancel := context.WithTimeout(ctx, recheckTimeout)
+	defer cancel()
+	err = b.readEach(rctx, topic, func(r *kgo.Record) {
+		chk.take(r)
+		if chk.seen() >= n {
+			cancel()
+		}
+	})
+	if err == nil && chk.seen() < n {
+		err = fmt.Errorf("reading %s again to check it: %d of the %d results the run counted (%v)", topic, chk.seen(), n, rctx.Err())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return chk.verify(b.c.records), nil
+}
+
+// recheckTimeout bounds recheck's read (a variable: a test shortens it).
+var recheckTimeout = 2 * time.Minute
+
 // read reads topic read_committed from the start into chk until ctx ends.
 func (b *bench) read(ctx context.Context, topic string, chk *checker) error {
 	return b.readEach(ctx, topic, chk.take)
