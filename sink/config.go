@@ -143,6 +143,11 @@ type Config[T any] struct {
 	// interval. 0: only the producer's buffer bounds them.
 	FlushTarget time.Duration
 
+	// InFlight, if not nil, bounds the records in flight of this sink's
+	// writers together with the other writers that share it (a worker's;
+	// see InFlightBudget). Exactly-once only, with FlushTarget set.
+	InFlight *InFlightBudget
+
 	// ClientOpts are extra franz-go options (TLS, SASL, linger, batch
 	// sizes, a partitioner, ...), applied after the sink's own, so they can
 	// override them; overriding the transactional id, the transaction

@@ -100,6 +100,7 @@ const (
 type inflightGate struct {
 	target time.Duration // 0: no bound
 	max    int64
+	budget *InFlightBudget // nil: none
 	now    func() time.Time
 
 	_       [64]byte
@@ -341,7 +342,16 @@ func (g *inflightGate) measure() {
 	default:
 		g.rate += (r - g.rate) / 4
 	}
-	g.limit = min(max(int64(g.rate*g.target.Seconds()), gateMin), g.max)
+	g.limit = min(max(int64(g.rate*g.target.Seconds()), gateMin), g.ceiling())
+}
+
+// ceiling is the most the limit may be: the gate's own, or the share of
+// the budget it keeps to.
+func (g *inflightGate) ceiling() int64 {
+	if g.budget == nil {
+		return g.max
+	}
+	return min(g.max, g.budget.share())
 }
 
 // setPace sets the pace from a window of dt in which n records were

@@ -275,3 +275,44 @@ func TestInflightGateIgnoresAThrottleAfterAnIdleSpell(t *testing.T) {
 func (g *inflightGate) heldEnd() time.Time {
 	return g.origin.Add(time.Duration(g.heldUntil.Load()))
 }
+
+// TestInflightGateKeepsToItsShare: gates that share an InFlightBudget
+// each keep their bound to an even share of it, however fast the broker,
+// and a share grows again when writers leave; a share is never below
+// MinInFlightShare.
+func TestInflightGateKeepsToItsShare(t *testing.T) {
+	c := &fakeClock{t: time.Unix(0, 0)}
+	b := NewInFlightBudget(40_000)
+	var gates []*inflightGate
+	var leaves []func()
+	for range 8 {
+		g := newInflightGate(time.Second, 1<<20, c.now)
+		g.budget = b
+		gates = append(gates, g)
+		leaves = append(leaves, b.join())
+	}
+	ackAtRate(t, gates[0], c, 1_000_000, time.Second) // alone it would hold 1,000,000
+	if got := gates[0].bound(); got != 5_000 {
+		t.Fatalf("one of 8 writers on a budget of 40,000: bound %d, want 5,000", got)
+	}
+	for _, leave := range leaves[2:] {
+		leave()
+		leave() // twice: counted once
+	}
+	ackAtRate(t, gates[0], c, 1_000_000, time.Second)
+	if got := gates[0].bound(); got != 20_000 {
+		t.Fatalf("one of 2 writers: bound %d, want 20,000", got)
+	}
+	for range 100 {
+		b.join()
+	}
+	ackAtRate(t, gates[0], c, 1_000_000, time.Second)
+	if got := gates[0].bound(); got != MinInFlightShare {
+		t.Fatalf("one of 102 writers: bound %d, want the least share %d", got, MinInFlightShare)
+	}
+	// A slow broker still sets a bound under the share.
+	ackAtRate(t, gates[1], c, 2_000, 4*time.Second)
+	if got := gates[1].bound(); got > 3_000 {
+		t.Errorf("at 2,000 records/s: bound %d, want about 2,000", got)
+	}
+}

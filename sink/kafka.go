@@ -139,7 +139,9 @@ type txnWriter[T any] struct {
 	// record.
 	promises []func(*kgo.Record, error)
 	gate     *inflightGate
-	clientID string
+	// leaveBudget takes the writer out of its InFlightBudget (nil: none).
+	leaveBudget func()
+	clientID    string
 	// topics are the topics the open transaction wrote, and loaded, per
 	// slot, the topics whose partitions its client has stored (see
 	// awaitTopicsLoaded).
@@ -203,6 +205,10 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, lo
 		cur:      -1,
 		marks:    newMarks(cfg, info),
 		gate:     newInflightGate(cfg.FlushTarget, maxInFlight, time.Now),
+	}
+	if cfg.InFlight != nil && cfg.FlushTarget > 0 {
+		w.gate.budget = cfg.InFlight
+		w.leaveBudget = cfg.InFlight.join()
 	}
 	for i, id := range w.ids {
 		w.promises = append(w.promises, func(r *kgo.Record, err error) {
@@ -538,6 +544,9 @@ func (w *txnWriter[T]) Close() error {
 }
 
 func (w *txnWriter[T]) closeClients() {
+	if w.leaveBudget != nil {
+		w.leaveBudget()
+	}
 	for i, cl := range w.clients {
 		if cl != nil {
 			cl.Close()

@@ -269,6 +269,7 @@ func kafkaSink[T any](j *Job, env *jobenv.Env, op, topic string, encode Encoder[
 		sc.PoolSize = env.PoolSize
 		sc.TransactionTimeout = env.TransactionTimeout
 		sc.FlushTarget = env.FlushTarget
+		sc.InFlight = env.InFlight
 	}
 	out, err := sink.Kafka(sc)
 	if err != nil {

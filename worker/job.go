@@ -119,6 +119,7 @@ func jobEnv(c *Config, st *Stats, k *kpromSet, kafka []kgo.Opt) (*jobenv.Env, er
 		e.PoolSize = c.poolSize()
 		e.TransactionTimeout = c.TxnTimeout
 		e.FlushTarget = c.Interval
+		e.InFlight = sink.NewInFlightBudget(c.Memory.InFlightRecords)
 	}
 	return e, nil
 }

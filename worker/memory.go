@@ -61,6 +61,13 @@ type Memory struct {
 	// 10,000 records.
 	ProducerBufferBytes   int64
 	ProducerBufferRecords int
+	// InFlightRecords bounds the records the worker's exactly-once sinks
+	// hold unacknowledged, all its tasks together: each sink writer
+	// keeps to an even share of it (at least sink.MinInFlightShare), and
+	// to ProducerBufferRecords. Default 160,000: up to 16 writers a
+	// worker, each may hold its whole producer buffer; at 64, 2,500 each.
+	// Records in flight are live objects every garbage collection marks.
+	InFlightRecords int64
 }
 
 // DefaultMemory returns the default memory bounds.
@@ -74,6 +81,7 @@ func DefaultMemory() Memory {
 		ProducerBatchMaxBytes:  sink.DefaultMaxRecordBytes,
 		ProducerBufferBytes:    32 << 20,
 		ProducerBufferRecords:  10_000,
+		InFlightRecords:        160_000,
 	}
 }
 
@@ -96,6 +104,8 @@ func (m *Memory) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(cli.Bytes{V: &m.ProducerBatchMaxBytes}, "producer-batch-max-bytes", "largest record batch written to the output and repartition topics, so the largest output record (at most the topics' max.message.bytes)")
 	fs.Var(cli.Bytes{V: &m.ProducerBufferBytes}, "producer-buffer-bytes", "most bytes a task's producer holds unacknowledged; writing waits when full (buffer.memory)")
 	fs.IntVar(&m.ProducerBufferRecords, "producer-buffer-records", m.ProducerBufferRecords, "most records a task's producer holds unacknowledged; writing waits when full")
+	fs.Int64Var(&m.InFlightRecords, "inflight-records", m.InFlightRecords,
+		"most records the worker's exactly-once sinks hold unacknowledged, all tasks together; each sink of a task keeps to an even share (at least 1000)")
 }
 
 // Validate reports every bad bound, joined, each naming its flag.
@@ -128,6 +138,9 @@ func (m *Memory) Validate() error {
 	}
 	if m.ProducerBufferRecords < 1 {
 		bad("producer-buffer-records", "%d, want more than 0", m.ProducerBufferRecords)
+	}
+	if m.InFlightRecords < sink.MinInFlightShare {
+		bad("inflight-records", "%d, want at least %d (a sink's least share)", m.InFlightRecords, sink.MinInFlightShare)
 	}
 	return errors.Join(errs...)
 }

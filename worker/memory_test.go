@@ -84,6 +84,7 @@ func TestMemorySettings(t *testing.T) {
 		{func(m *Memory) { m.ProducerBatchMaxBytes = 100 }, "--producer-batch-max-bytes: 100"},
 		{func(m *Memory) { m.ProducerBufferBytes = 1 << 10 }, "--producer-buffer-bytes: 1024, want at least --producer-batch-max-bytes"},
 		{func(m *Memory) { m.ProducerBufferRecords = 0 }, "--producer-buffer-records: 0"},
+		{func(m *Memory) { m.InFlightRecords = 999 }, "--inflight-records: 999, want at least 1000"},
 	} {
 		c := validConfig()
 		tc.mod(&c.Memory)

@@ -68,7 +68,10 @@ type Env struct {
 	TransactionTimeout time.Duration
 	// FlushTarget bounds a sink's output in flight by time (the
 	// checkpoint interval; see sink.Config.FlushTarget).
-	FlushTarget    time.Duration
+	FlushTarget time.Duration
+	// InFlight bounds the records in flight of the exactly-once sinks of
+	// the worker together (see sink.InFlightBudget); nil: no bound.
+	InFlight       *sink.InFlightBudget
 	Compression    string
 	MaxRecordBytes int
 
