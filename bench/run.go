@@ -352,8 +352,10 @@ func (b *bench) runOnce(ctx context.Context, s system, in string, k int) (result
 	defer b.delete(out, name+"-")
 	// Counted, not checked, while the run is timed, for every system
 	// alike: the harness shares the cores with the system it measures,
-	// and a check of each result as it comes took a fifth of weir's rate
-	// on two cores. The check reads the output again after the timing.
+	// and checking each of weir's results as it came (the passthrough's
+	// were only counted) cost weir's ratio 0.06 on average in runs
+	// alternated with this harness (docs/benchmarks.md, ninth pass). The
+	// check reads the output again after the timing.
 	chk := newChecker(b.c.keys)
 	chk.raw = true
 	reader := make(chan error, 1)
