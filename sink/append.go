@@ -41,19 +41,22 @@ const maxPooledBytes = 64 << 10
 
 // pooledRecord is a record AppendEncoder made, with its buffers. It is the
 // record's Context (franz-go reads only its Done, nil as Background's), by
-// which the sink, given the record back in its promise, finds it.
+// which the sink, given the record back in its promise, finds it. Its
+// first buffers are inside it: one object, whose lines the encoder and
+// franz-go touch together, where a record in flight is out of the caches
+// by the time its buffers are used again.
 type pooledRecord struct {
 	context.Context
 	rec        kgo.Record
 	key, value []byte
+	keyBuf     [32]byte
+	valueBuf   [64]byte
 }
 
 var recordPool = sync.Pool{New: func() any {
-	return &pooledRecord{
-		Context: context.Background(),
-		key:     make([]byte, 0, 32),
-		value:   make([]byte, 0, 64),
-	}
+	p := &pooledRecord{Context: context.Background()}
+	p.key, p.value = p.keyBuf[:0], p.valueBuf[:0]
+	return p
 }}
 
 // reusable is the buffer to give enc next time, after it returned got

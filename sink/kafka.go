@@ -101,24 +101,22 @@ func TransactionalIDs(prefix string, task, poolSize int) []string {
 func DefaultTransactionalIDPrefix(job, operator string) string { return job + "-" + operator }
 
 // asyncErr keeps the first error of a produce promise; promises run on
-// franz-go's goroutines.
+// franz-go's goroutines. get is on every Write's path: a load, no lock.
 type asyncErr struct {
-	mu  sync.Mutex
-	err error
+	err atomic.Pointer[error]
 }
 
 func (a *asyncErr) set(err error) {
-	a.mu.Lock()
-	if a.err == nil {
-		a.err = err
+	if err != nil {
+		a.err.CompareAndSwap(nil, &err)
 	}
-	a.mu.Unlock()
 }
 
 func (a *asyncErr) get() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.err
+	if p := a.err.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // --- exactly-once ------------------------------------------------------------

@@ -79,6 +79,12 @@ type reader[T any] struct {
 	// pos is, per topic, where the reader is in its partition. A
 	// pointer, so that a record costs one lookup by topic name.
 	pos map[string]*topicPos
+	// last is the entry of pos that take found last, and lastTopic its
+	// topic: the records of a fetch come a partition's batch at a time,
+	// so most find their topic without a lookup. An entry of pos, once
+	// made, is never replaced.
+	last      *topicPos
+	lastTopic string
 	// layout is, per topic, its id and partition count when the reader
 	// opened: what its positions record.
 	layout map[string]checkpoint.TopicLayout
@@ -464,7 +470,13 @@ func (r *reader[T]) bounds(ctx context.Context, topic string) (start, end int64,
 // take decodes rec into b, or dead-letters it, and only then counts its
 // offset as consumed.
 func (r *reader[T]) take(ctx context.Context, b *engine.Batch[T], rec *kgo.Record) error {
-	tp := r.pos[rec.Topic]
+	tp := r.last
+	if tp == nil || rec.Topic != r.lastTopic {
+		tp = r.pos[rec.Topic]
+		if tp != nil {
+			r.last, r.lastTopic = tp, rec.Topic
+		}
+	}
 	if tp == nil || rec.Partition != r.part {
 		return fmt.Errorf("fetched record %s/%d@%d that task %d does not read", rec.Topic, rec.Partition, rec.Offset, r.part)
 	}
