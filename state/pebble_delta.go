@@ -57,6 +57,12 @@ const (
 	maxChainDeltas = 100
 	// maxChainBytes bounds the deltas' bytes a restore applies.
 	maxChainBytes = 16 << 20
+	// maxChainHeldBytes bounds the bytes of a chain's deltas kept in
+	// memory until their upload: a delta that would go over it is written
+	// to a local file instead, which the upload reads. Most deltas are
+	// uploaded by the checkpoint that took them, so a chain holds one at a
+	// time; while storage is down they wait here, at most this much a store.
+	maxChainHeldBytes = 1 << 20
 	// deltaSuffix ends the name of a delta file.
 	deltaSuffix = ".wdelta"
 )
@@ -74,17 +80,51 @@ const (
 // snapshots'. The last release removes the base's checkpoint directory and
 // the deltas.
 type snapChain struct {
-	base   *PebbleSnapshot
-	dir    string // the deltas' local copies
-	deltas []deltaFile
-	bytes  int64
+	base *PebbleSnapshot
+	dir  string // the local copies of the deltas not held in memory
+	// deltas is read by uploads (under mu) and appended to by the store's
+	// snapshots.
+	deltas  []deltaFile
+	bytes   int64
+	dirMade bool
 
 	mu   sync.Mutex
 	refs int
+	held int // bytes of deltas[i].data, under mu
 }
 
+// deltaFile is one delta of a chain: its bytes (data, until uploaded),
+// or, if data is nil, a file in the chain's dir.
 type deltaFile struct {
-	name string // in dir; also its Local name in handles
+	name string // in dir, if written there; its Local name in handles
+	data []byte
+}
+
+// hold says whether a delta of n bytes may be kept in memory until its
+// upload, and counts it if so.
+func (c *snapChain) hold(n int) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.held+n > maxChainHeldBytes {
+		return false
+	}
+	c.held += n
+	return true
+}
+
+// uploaded lets go of the bytes of the delta called name, which storage
+// now has: later snapshots of the chain reference the object (see
+// sharedSet). The snapshots that copied the chain's deltas before keep
+// theirs until they are released.
+func (c *snapChain) uploaded(name string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range c.deltas {
+		if d := &c.deltas[i]; d.name == name && d.data != nil {
+			c.held -= len(d.data)
+			d.data = nil
+		}
+	}
 }
 
 func (c *snapChain) acquire() {
@@ -139,19 +179,28 @@ func (p *Pebble) deltaSnapshot(id checkpoint.ID, start time.Time) (Snapshot, err
 	p.deltaBuf = buf
 	if n > 0 {
 		name := fmt.Sprintf("delta-%s-%d%s", p.instance, p.snapN, deltaSuffix)
-		err := error(nil)
-		if len(c.deltas) == 0 {
-			err = p.opts.FS.MkdirAll(c.dir, 0o755)
+		d := deltaFile{name: name}
+		if c.hold(len(buf)) {
+			// No file on the barrier's path: the upload writes the bytes.
+			d.data = append([]byte(nil), buf...)
+		} else {
+			err := error(nil)
+			if !c.dirMade {
+				err = p.opts.FS.MkdirAll(c.dir, 0o755)
+				c.dirMade = err == nil
+			}
+			if err == nil {
+				err = writeLocalFile(p.opts.FS, filepath.Join(c.dir, name), buf)
+			}
+			if err != nil {
+				// The changes are in no delta: only a base may follow.
+				p.dropChain()
+				return nil, fmt.Errorf("state: pebble: snapshot %d: write delta: %w", id, err)
+			}
 		}
-		if err == nil {
-			err = writeLocalFile(p.opts.FS, filepath.Join(c.dir, name), buf)
-		}
-		if err != nil {
-			// The changes are in no delta: only a base may follow.
-			p.dropChain()
-			return nil, fmt.Errorf("state: pebble: snapshot %d: write delta: %w", id, err)
-		}
-		c.deltas = append(c.deltas, deltaFile{name: name})
+		c.mu.Lock()
+		c.deltas = append(c.deltas, d)
+		c.mu.Unlock()
 		c.bytes += int64(len(buf))
 		for _, v := range p.values {
 			v.clearChanges()
@@ -160,8 +209,11 @@ func (p *Pebble) deltaSnapshot(id checkpoint.ID, start time.Time) (Snapshot, err
 	c.acquire()
 	done := make(chan struct{})
 	close(done)
+	c.mu.Lock()
+	deltas := append([]deltaFile(nil), c.deltas...)
+	c.mu.Unlock()
 	s := &PebbleSnapshot{id: id, n: p.snapN, dir: c.base.dir, shared: p.shared, instance: p.instance, parallel: p.opts.UploadParallelism,
-		fs: p.opts.FS, done: done, chain: c, deltas: append([]deltaFile(nil), c.deltas...)}
+		fs: p.opts.FS, done: done, chain: c, deltas: deltas}
 	s.pause = time.Since(start)
 	p.opts.Logger.Debug("pebble delta snapshot", "checkpoint", id, "entries", n, "bytes", len(buf), "deltas", len(c.deltas))
 	return s, nil

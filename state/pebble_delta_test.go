@@ -10,9 +10,13 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
+
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/diskfault"
 )
 
 // failingPuts is a fakeStorage whose Puts fail while fail is set.
@@ -324,5 +328,54 @@ func TestPebbleDeltaHandleRefusedByOlderBuilds(t *testing.T) {
 	mustValue(t, q, "v")
 	if err := q.Restore(context.Background(), st, h); err == nil || !strings.Contains(err.Error(), "delta file") {
 		t.Fatalf("restore of a pebble handle with a delta: %v", err)
+	}
+}
+
+// TestPebbleDeltaHeldInMemory: a delta goes from memory to storage, with no
+// local file on the barrier's path, so a checkpoint whose changes the value
+// caches held completes with the disk full, and restores them. A delta
+// that would take the chain's held bytes over maxChainHeldBytes (here: one
+// left by an upload that failed) is written to a local file, so the disk's
+// error fails that checkpoint; its upload then comes from the file.
+func TestPebbleDeltaHeldInMemory(t *testing.T) {
+	faults, set := testFaults(t)
+	opts := smallPebble
+	opts.FS = faults.Wrap(vfs.Default)
+	p := openTestPebble(t, opts)
+	st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
+	v := mustValue(t, p, "v")
+	fillValues(t, v, 0, 500, 100, "a")
+	checkpointNow(t, p, st, 1)
+
+	set(diskfault.ENOSPC)
+	fillValues(t, v, 0, 100, 100, "b")
+	h := checkpointNow(t, p, st, 2)
+	if len(deltas(h)) != 1 {
+		t.Fatalf("checkpoint 2 during the fault: deltas %v, want 1", deltas(h))
+	}
+	if _, err := os.Stat(p.chain.dir); !os.IsNotExist(err) {
+		t.Fatalf("a delta held in memory left its chain's directory on disk: %v", err)
+	}
+	want := readAll(t, p, 500)
+	set(diskfault.None)
+	if got := readAll(t, restoreFresh(t, st, h, smallPebble), 500); !maps.Equal(got, want) {
+		t.Fatalf("restored %d keys from the delta uploaded from memory, want %d", len(got), len(want))
+	}
+
+	// A delta that would hold more than maxChainHeldBytes goes to disk.
+	p.chain.mu.Lock()
+	p.chain.held = maxChainHeldBytes
+	p.chain.mu.Unlock()
+	set(diskfault.ENOSPC)
+	fillValues(t, v, 100, 200, 100, "c")
+	if _, err := tryCheckpoint(p, st, 3); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("checkpoint 3, its delta over the held bytes, during the fault: %v, want ENOSPC", err)
+	}
+	set(diskfault.None)
+	fillValues(t, v, 200, 300, 100, "d")
+	h = checkpointNow(t, p, st, 4)
+	want = readAll(t, p, 500)
+	if got := readAll(t, restoreFresh(t, st, h, smallPebble), 500); !maps.Equal(got, want) {
+		t.Fatalf("restored %d keys after the failed delta, want %d", len(got), len(want))
 	}
 }

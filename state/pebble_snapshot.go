@@ -1,6 +1,7 @@
 package state
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -316,6 +317,9 @@ func (s *PebbleSnapshot) Upload(ctx context.Context, st checkpoint.Storage, dir,
 	}
 	for _, d := range s.deltas {
 		ref, fresh, err := s.shared.upload(ctx, d.name, func() (checkpoint.FileRef, error) {
+			if d.data != nil {
+				return checkpoint.PutFile(ctx, st, shared+s.instance+"/"+d.name, bytes.NewReader(d.data))
+			}
 			f, err := s.fs.Open(filepath.Join(s.chain.dir, d.name))
 			if err != nil {
 				return checkpoint.FileRef{}, err
@@ -326,6 +330,7 @@ func (s *PebbleSnapshot) Upload(ctx context.Context, st checkpoint.Storage, dir,
 		if err != nil {
 			return checkpoint.StateHandle{}, fmt.Errorf("state: pebble: upload %s of checkpoint %d: %w", d.name, s.id, err)
 		}
+		s.chain.uploaded(d.name)
 		ref.Local, ref.Shared = d.name, true
 		h.Files = append(h.Files, ref)
 		if fresh {
