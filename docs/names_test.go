@@ -34,11 +34,13 @@ var (
 		// kafka-topics.sh's, in the reset command of an internal topic.
 		"bootstrap-server": "kafka-topics.sh --bootstrap-server",
 		"delete":           "kafka-topics.sh --delete",
-		// kafka-configs.sh's, in bench's quota run.
+		// kafka-configs.sh's, in bench's quota run and a broker logger's
+		// level.
 		"alter":          "kafka-configs.sh --alter",
 		"add-config":     "kafka-configs.sh --add-config",
 		"entity-type":    "kafka-configs.sh --entity-type",
 		"entity-default": "kafka-configs.sh --entity-default",
+		"entity-name":    "kafka-configs.sh --entity-name",
 	}
 	otherEnv = map[string]string{
 		"WEIR_KAFKA_DIR":               "scripts/kafka",
