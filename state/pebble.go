@@ -37,6 +37,12 @@ type PebbleOptions struct {
 	// Logger receives Pebble's own messages: info at debug level, errors at
 	// error level. nil discards them (Pebble's default logger is chatty).
 	Logger *slog.Logger
+	// DeltaMemory bounds the bytes of a store's delta snapshots held in
+	// memory until storage has them (default 1 MiB); a delta that would
+	// go over it is written to a local file first, which its upload reads.
+	// Negative: every delta is written to a local file, so that every
+	// checkpoint needs the local disk, as a base snapshot does.
+	DeltaMemory int64
 	// FS is the filesystem the stores live on: Pebble's own files, a
 	// snapshot's reads for its upload, a restore's downloads and hard
 	// links (default vfs.Default, the local disk). Tests wrap it to make
@@ -83,6 +89,7 @@ const (
 	defaultMemTableSize      = 64 << 20
 	defaultCacheSize         = 64 << 20
 	defaultUploadParallelism = 4
+	defaultDeltaMemory       = 1 << 20
 )
 
 func (o PebbleOptions) withDefaults() (PebbleOptions, error) {
@@ -109,6 +116,12 @@ func (o PebbleOptions) withDefaults() (PebbleOptions, error) {
 	}
 	if o.UploadParallelism == 0 {
 		o.UploadParallelism = defaultUploadParallelism
+	}
+	switch {
+	case o.DeltaMemory == 0:
+		o.DeltaMemory = defaultDeltaMemory
+	case o.DeltaMemory < 0:
+		o.DeltaMemory = 0
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)

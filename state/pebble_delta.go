@@ -57,12 +57,6 @@ const (
 	maxChainDeltas = 100
 	// maxChainBytes bounds the deltas' bytes a restore applies.
 	maxChainBytes = 16 << 20
-	// maxChainHeldBytes bounds the bytes of a chain's deltas kept in
-	// memory until their upload: a delta that would go over it is written
-	// to a local file instead, which the upload reads. Most deltas are
-	// uploaded by the checkpoint that took them, so a chain holds one at a
-	// time; while storage is down they wait here, at most this much a store.
-	maxChainHeldBytes = 1 << 20
 	// deltaSuffix ends the name of a delta file.
 	deltaSuffix = ".wdelta"
 )
@@ -90,7 +84,11 @@ type snapChain struct {
 
 	mu   sync.Mutex
 	refs int
-	held int // bytes of deltas[i].data, under mu
+	// held is the bytes of deltas[i].data, under mu, at most maxHeld
+	// (PebbleOptions.DeltaMemory). Most deltas are uploaded by the
+	// checkpoint that took them, so a chain holds one at a time; while
+	// storage is down they wait here, up to maxHeld, then in files.
+	held, maxHeld int64
 }
 
 // deltaFile is one delta of a chain: its bytes (data, until uploaded),
@@ -102,10 +100,10 @@ type deltaFile struct {
 
 // hold says whether a delta of n bytes may be kept in memory until its
 // upload, and counts it if so.
-func (c *snapChain) hold(n int) bool {
+func (c *snapChain) hold(n int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.held+n > maxChainHeldBytes {
+	if c.held+n > c.maxHeld {
 		return false
 	}
 	c.held += n
@@ -121,7 +119,7 @@ func (c *snapChain) uploaded(name string) {
 	defer c.mu.Unlock()
 	for i := range c.deltas {
 		if d := &c.deltas[i]; d.name == name && d.data != nil {
-			c.held -= len(d.data)
+			c.held -= int64(len(d.data))
 			d.data = nil
 		}
 	}
@@ -180,7 +178,7 @@ func (p *Pebble) deltaSnapshot(id checkpoint.ID, start time.Time) (Snapshot, err
 	if n > 0 {
 		name := fmt.Sprintf("delta-%s-%d%s", p.instance, p.snapN, deltaSuffix)
 		d := deltaFile{name: name}
-		if c.hold(len(buf)) {
+		if c.hold(int64(len(buf))) {
 			// No file on the barrier's path: the upload writes the bytes.
 			d.data = append([]byte(nil), buf...)
 		} else {

@@ -333,49 +333,105 @@ func TestPebbleDeltaHandleRefusedByOlderBuilds(t *testing.T) {
 
 // TestPebbleDeltaHeldInMemory: a delta goes from memory to storage, with no
 // local file on the barrier's path, so a checkpoint whose changes the value
-// caches held completes with the disk full, and restores them. A delta
-// that would take the chain's held bytes over maxChainHeldBytes (here: one
-// left by an upload that failed) is written to a local file, so the disk's
-// error fails that checkpoint; its upload then comes from the file.
+// caches held completes with the disk full, and restores them. A store
+// whose DeltaMemory is negative writes every delta to a local file first:
+// the disk's error fails its checkpoint, and the next, once the disk is
+// back, restores every change.
 func TestPebbleDeltaHeldInMemory(t *testing.T) {
-	faults, set := testFaults(t)
+	for _, tc := range []struct {
+		name        string
+		deltaMemory int64
+		held        bool
+	}{{"default", 0, true}, {"none", -1, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			faults, set := testFaults(t)
+			opts := smallPebble
+			opts.FS = faults.Wrap(vfs.Default)
+			opts.DeltaMemory = tc.deltaMemory
+			p := openTestPebble(t, opts)
+			st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
+			v := mustValue(t, p, "v")
+			fillValues(t, v, 0, 500, 100, "a")
+			checkpointNow(t, p, st, 1)
+
+			set(diskfault.ENOSPC)
+			fillValues(t, v, 0, 100, 100, "b")
+			h, err := tryCheckpoint(p, st, 2)
+			want := readAll(t, p, 500)
+			set(diskfault.None)
+			switch {
+			case tc.held && err != nil:
+				t.Fatalf("checkpoint 2, its delta held in memory, during the fault: %v", err)
+			case tc.held:
+				if len(deltas(h)) != 1 {
+					t.Fatalf("checkpoint 2: deltas %v, want 1", deltas(h))
+				}
+				if _, err := os.Stat(p.chain.dir); !os.IsNotExist(err) {
+					t.Fatalf("a delta held in memory left its chain's directory on disk: %v", err)
+				}
+			case !errors.Is(err, syscall.ENOSPC):
+				t.Fatalf("checkpoint 2, its delta to a local file, during the fault: %v, want ENOSPC", err)
+			default:
+				fillValues(t, v, 100, 200, 100, "c")
+				want = readAll(t, p, 500)
+				h = checkpointNow(t, p, st, 3)
+			}
+			if got := readAll(t, restoreFresh(t, st, h, smallPebble), 500); !maps.Equal(got, want) {
+				t.Fatalf("restored %d keys, want %d", len(got), len(want))
+			}
+		})
+	}
+}
+
+// TestPebbleDeltaMemoryBound: deltas whose uploads fail stay in memory up
+// to DeltaMemory, then go to local files; the first upload that succeeds
+// takes them all, from memory and from files, and lets go of their bytes.
+func TestPebbleDeltaMemoryBound(t *testing.T) {
 	opts := smallPebble
-	opts.FS = faults.Wrap(vfs.Default)
+	opts.DeltaMemory = 64 << 10
 	p := openTestPebble(t, opts)
-	st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
+	st := &failingPuts{fakeStorage: newFakeStorage()}
 	v := mustValue(t, p, "v")
 	fillValues(t, v, 0, 500, 100, "a")
 	checkpointNow(t, p, st, 1)
 
-	set(diskfault.ENOSPC)
-	fillValues(t, v, 0, 100, 100, "b")
-	h := checkpointNow(t, p, st, 2)
-	if len(deltas(h)) != 1 {
-		t.Fatalf("checkpoint 2 during the fault: deltas %v, want 1", deltas(h))
+	st.fail.Store(true)
+	for id := checkpoint.ID(2); id <= 5; id++ {
+		fillValues(t, v, 0, 200, 100, fmt.Sprint("b", id)) // about 25 KiB a delta
+		if _, err := tryCheckpoint(p, st, id); err == nil {
+			t.Fatalf("checkpoint %d uploaded while storage fails", id)
+		}
 	}
-	if _, err := os.Stat(p.chain.dir); !os.IsNotExist(err) {
-		t.Fatalf("a delta held in memory left its chain's directory on disk: %v", err)
+	c := p.chain
+	c.mu.Lock()
+	var inMemory, inFiles int
+	for _, d := range c.deltas {
+		if d.data != nil {
+			inMemory++
+		} else {
+			inFiles++
+		}
 	}
-	want := readAll(t, p, 500)
-	set(diskfault.None)
-	if got := readAll(t, restoreFresh(t, st, h, smallPebble), 500); !maps.Equal(got, want) {
-		t.Fatalf("restored %d keys from the delta uploaded from memory, want %d", len(got), len(want))
+	held := c.held
+	c.mu.Unlock()
+	if held > opts.DeltaMemory || inMemory == 0 || inFiles == 0 {
+		t.Fatalf("after 4 failed uploads: %d deltas in memory (%d bytes, bound %d), %d in files; want both, within the bound",
+			inMemory, held, opts.DeltaMemory, inFiles)
 	}
 
-	// A delta that would hold more than maxChainHeldBytes goes to disk.
-	p.chain.mu.Lock()
-	p.chain.held = maxChainHeldBytes
-	p.chain.mu.Unlock()
-	set(diskfault.ENOSPC)
-	fillValues(t, v, 100, 200, 100, "c")
-	if _, err := tryCheckpoint(p, st, 3); !errors.Is(err, syscall.ENOSPC) {
-		t.Fatalf("checkpoint 3, its delta over the held bytes, during the fault: %v, want ENOSPC", err)
+	st.fail.Store(false)
+	h := checkpointNow(t, p, st, 6)
+	if n := len(deltas(h)); n != 4 {
+		t.Fatalf("checkpoint 6: %d deltas, want 4 (the failed checkpoints' changes)", n)
 	}
-	set(diskfault.None)
-	fillValues(t, v, 200, 300, 100, "d")
-	h = checkpointNow(t, p, st, 4)
-	want = readAll(t, p, 500)
+	c.mu.Lock()
+	held = c.held
+	c.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("%d bytes of deltas still held after their upload", held)
+	}
+	want := readAll(t, p, 500)
 	if got := readAll(t, restoreFresh(t, st, h, smallPebble), 500); !maps.Equal(got, want) {
-		t.Fatalf("restored %d keys after the failed delta, want %d", len(got), len(want))
+		t.Fatalf("restored %d keys, want %d", len(got), len(want))
 	}
 }

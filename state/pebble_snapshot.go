@@ -68,7 +68,7 @@ func (p *Pebble) Snapshot(id checkpoint.ID) (Snapshot, error) {
 	s := &PebbleSnapshot{id: id, n: p.snapN, dir: dir, shared: p.shared, instance: p.instance, parallel: p.opts.UploadParallelism,
 		fs: p.opts.FS, done: make(chan struct{})}
 	// The base of the deltas that follow, held by the backend and s.
-	s.chain = &snapChain{base: s, dir: dir + "-deltas", refs: 2}
+	s.chain = &snapChain{base: s, dir: dir + "-deltas", refs: 2, maxHeld: p.opts.DeltaMemory}
 	p.chain = s.chain
 	p.dbWritten = false
 	for _, v := range p.values {

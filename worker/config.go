@@ -106,6 +106,11 @@ type Config struct {
 	// StateCacheSize is the block cache shared by the worker's Pebble
 	// stores, in bytes. Default 64 MiB. Pebble only.
 	StateCacheSize int64
+	// StateDeltaMemory bounds, per Pebble store, the bytes of delta
+	// checkpoints held in memory until storage has them; more are written
+	// to the local disk first. 0: every delta is, so that every checkpoint
+	// needs the disk. Default 1 MiB. Pebble only.
+	StateDeltaMemory int64
 	// Memory bounds the records in flight in each task: batches, channels,
 	// fetches, the producer's buffer, the largest record.
 	Memory Memory
@@ -184,6 +189,7 @@ func DefaultConfig() Config {
 		StateBackend:      stateBackendPebble,
 		StateMemtableSize: 64 << 20,
 		StateCacheSize:    64 << 20,
+		StateDeltaMemory:  1 << 20,
 		Memory:            DefaultMemory(),
 		Delivery:          string(sink.ExactlyOnce),
 		Compression:       "none",
@@ -273,6 +279,9 @@ func (c *Config) Validate() error {
 		}
 		if c.StateCacheSize <= 0 {
 			bad("state-cache-size", "%d, want more than 0", c.StateCacheSize)
+		}
+		if c.StateDeltaMemory < 0 {
+			bad("state-delta-memory", "%d, want 0 or more", c.StateDeltaMemory)
 		}
 	case stateBackendMemory:
 	default:
@@ -459,6 +468,7 @@ func (c *Config) flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.StateBackend, "state-backend", c.StateBackend, "keyed state: pebble (local Pebble stores, incremental checkpoints) or memory (full checkpoints; tests, small state)")
 	fs.Var(cli.Bytes{V: &c.StateMemtableSize}, "state-memtable-size", "Pebble memtable size per store, bytes or with K, M, G, KiB, MiB, GiB (binary); bounds the background flush of each checkpoint")
 	fs.Var(cli.Bytes{V: &c.StateCacheSize}, "state-cache-size", "Pebble block cache shared by the worker's stores (bytes, or with K, M, G, KiB, MiB, GiB)")
+	fs.Var(cli.Bytes{V: &c.StateDeltaMemory}, "state-delta-memory", "per Pebble store, delta checkpoints held in memory until uploaded, more go through the local disk (bytes, or with K, M, G, KiB, MiB, GiB); 0: every delta does")
 	c.Memory.RegisterFlags(fs)
 	fs.DurationVar(&c.StateCleanupDelay, "state-cleanup-delay", c.StateCleanupDelay, "delete the local state of a task that left this worker after this long (0: keep it)")
 	fs.BoolVar(&c.AllowNonRestoredState, "allow-non-restored-state", c.AllowNonRestoredState, "restore checkpoints with state or source positions of operators the job no longer has, dropping them (a renamed source reads from --start)")

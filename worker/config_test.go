@@ -65,6 +65,7 @@ func TestValidateNamesTheBadSetting(t *testing.T) {
 		{"memtable size", func(c *Config) { c.StateMemtableSize = 0 }, []string{"--state-memtable-size: 0, want more than 0 and less than 4GiB"}},
 		{"memtable too big", func(c *Config) { c.StateMemtableSize = 4 << 30 }, []string{"--state-memtable-size: 4294967296"}},
 		{"cache size", func(c *Config) { c.StateCacheSize = -1 }, []string{"--state-cache-size: -1, want more than 0"}},
+		{"delta memory", func(c *Config) { c.StateDeltaMemory = -1 }, []string{"--state-delta-memory: -1, want 0 or more"}},
 		{"delivery", func(c *Config) { c.Delivery = "twice" }, []string{`--delivery: "twice"`}},
 		{"pool size", func(c *Config) { c.PoolSize = 4 }, []string{"--pool-size: sink pool size 4 is too small", "--tolerable-failures"}},
 		{"txn timeout", func(c *Config) { c.TxnTimeout = 20 * time.Second }, []string{
@@ -122,7 +123,7 @@ func TestValidateAcceptsStorageAndBackends(t *testing.T) {
 	}
 	// Pebble's sizes do not matter to the memory backend.
 	c := validConfig()
-	c.StateBackend, c.StateMemtableSize, c.StateCacheSize = "memory", 0, 0
+	c.StateBackend, c.StateMemtableSize, c.StateCacheSize, c.StateDeltaMemory = "memory", 0, 0, -1
 	if err := c.Validate(); err != nil {
 		t.Error(err)
 	}

@@ -383,7 +383,9 @@ type faultCase struct {
 	name string
 	// interval is the checkpoint interval (default 100ms).
 	interval time.Duration
-	setup    func(t *testing.T) (opts Options, fault func(on bool))
+	// config, if set, changes the worker's settings.
+	config func(*Config)
+	setup  func(t *testing.T) (opts Options, fault func(on bool))
 	// says tells the error of a checkpoint failed by the fault.
 	says func(err error) bool
 }
@@ -405,6 +407,8 @@ var faultCases = []faultCase{
 		// flush's first file, rather than between a flush's SST and its
 		// MANIFEST edit, which Pebble takes for fatal.
 		interval: 300 * time.Millisecond,
+		// Every delta through the disk: a delta held in memory needs none.
+		config: func(c *Config) { c.StateDeltaMemory = 0 },
 		setup: func(t *testing.T) (Options, func(bool)) {
 			fsys, set := diskFaults(t)
 			return Options{StateFS: fsys}, func(on bool) {
@@ -419,9 +423,13 @@ var faultCases = []faultCase{
 	},
 }
 
-func (fc faultCase) setInterval(c *Config) {
+// configure applies the case's interval and settings.
+func (fc faultCase) configure(c *Config) {
 	if fc.interval > 0 {
 		c.Interval = fc.interval
+	}
+	if fc.config != nil {
+		fc.config(c)
 	}
 }
 
@@ -439,7 +447,7 @@ func TestCheckpointFailuresTolerated(t *testing.T) {
 	for _, fc := range faultCases {
 		t.Run(fc.name, func(t *testing.T) {
 			opts, fault := fc.setup(t)
-			j := startFaultJob(t, func(c *Config) { c.TolerableFailures = 5; fc.setInterval(c) }, opts)
+			j := startFaultJob(t, func(c *Config) { c.TolerableFailures = 5; fc.configure(c) }, opts)
 			o := j.obs
 			j.produce(t, 2000)
 			j.waitCovered(t, 15*time.Second)
@@ -486,7 +494,7 @@ func TestCheckpointFailuresPastTolerated(t *testing.T) {
 	for _, fc := range faultCases {
 		t.Run(fc.name, func(t *testing.T) {
 			opts, fault := fc.setup(t)
-			j := startFaultJob(t, func(c *Config) { c.TolerableFailures = 1; fc.setInterval(c) }, opts)
+			j := startFaultJob(t, func(c *Config) { c.TolerableFailures = 1; fc.configure(c) }, opts)
 			o := j.obs
 			j.produce(t, 2000)
 			j.waitCovered(t, 15*time.Second)

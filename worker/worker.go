@@ -622,9 +622,14 @@ func stateBackend(c *Config, fsys vfs.FS, log *slog.Logger) state.Factory {
 	if c.StateBackend == stateBackendMemory {
 		return state.NewMemory(state.MemoryOptions{})
 	}
+	deltaMemory := c.StateDeltaMemory
+	if deltaMemory == 0 {
+		deltaMemory = -1 // none; 0 is Pebble's default
+	}
 	return state.NewPebble(state.PebbleOptions{
 		MemTableSize: c.StateMemtableSize,
 		CacheSize:    c.StateCacheSize,
+		DeltaMemory:  deltaMemory,
 		Logger:       log.With("component", "pebble"),
 		FS:           fsys,
 	})
