@@ -96,7 +96,7 @@ func TestBench(t *testing.T) {
 		t.Fatalf("%d results for %d systems", len(rep.results), len(cfg.systems))
 	}
 	for _, r := range rep.results {
-		if !r.ok() || r.records <= 0 || r.elapsed <= 0 || r.rss <= 0 {
+		if !r.ok() || r.records <= 0 || r.elapsed <= 0 || r.rss <= 0 || r.harnessCPU <= 0 {
 			t.Errorf("%s: %+v", r.system.name, r)
 		}
 	}
@@ -115,6 +115,7 @@ func TestBench(t *testing.T) {
 	writeQuota(&out, cfg, rep.quotas)
 	writeLatency(&out, cfg, rep.latencies)
 	writeTable(&out, cfg, rep.results)
+	writeCores(&out, cfg, rep.results)
 	t.Logf("\n%s", out.String())
 	for _, s := range cfg.systems {
 		if !strings.Contains(out.String(), "\n"+s.name+" ") || strings.Contains(out.String(), s.name+" no run passed") {

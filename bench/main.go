@@ -82,6 +82,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/weirstream/weir/internal/proc"
 )
 
 func main() {
@@ -106,6 +108,7 @@ func main() {
 	flag.StringVar(&c.processor, "processor", "", "the processor binary (default: go build ./cmd/processor)")
 	flag.StringVar(&c.dir, "dir", "", "working directory for state and checkpoints (default: a temporary one)")
 	flag.DurationVar(&c.interval, "interval", time.Second, "checkpoint interval of weir and Flink, commit interval of Kafka Streams")
+	flag.IntVar(&c.brokerPID, "broker-pid", 0, "the broker's process id, if it runs on this machine (scripts/kafka writes it to $WEIR_KAFKA_DIR/kafka.pid): the throughput runs also report its CPU per million records (0: only the harness's own)")
 	weirFlags := flag.String("weir-flags", "", "more flags of weir's processor, space-separated (e.g. \"--http-addr 127.0.0.1:8089\" to profile it)")
 	svg := flag.String("svg", "", "also draw the figures as an SVG chart into this file")
 	flag.Usage = func() {
@@ -121,6 +124,11 @@ func main() {
 	var err error
 	if c.systems, err = parseSystems(*systems, c.interval); err == nil {
 		c.latIntervals, err = parseIntervals(*latIntervals)
+	}
+	if err == nil && c.brokerPID != 0 {
+		if _, perr := proc.CPU(c.brokerPID); c.brokerPID < 0 || perr != nil {
+			err = fmt.Errorf("--broker-pid %d: not a process whose CPU time this machine shows (%v)", c.brokerPID, perr)
+		}
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
@@ -142,6 +150,7 @@ func main() {
 	}
 	if len(rep.results) > 0 {
 		writeTable(os.Stdout, c, rep.results)
+		writeCores(os.Stdout, c, rep.results)
 		if *svg != "" {
 			f, ferr := os.Create(*svg)
 			if ferr == nil {
@@ -182,6 +191,7 @@ type config struct {
 	restoreSession time.Duration
 	interval       time.Duration // checkpoint or commit interval of a system that names none
 	weirFlags      []string      // more flags of weir's processor
+	brokerPID      int           // the broker's process, to measure its CPU; 0: unknown
 }
 
 // childMain runs the processes bench starts of itself: `bench
@@ -216,10 +226,14 @@ type result struct {
 	records int64         // output records in the measured span
 	elapsed time.Duration // the measured span
 	cpu     time.Duration // the process's CPU time in it
-	rss     int64         // peak resident set, bytes
-	total   time.Duration // from start to the whole output visible
-	check   error         // the exactly-once check; figures count only if nil
-	err     error         // the run failed: no figures
+	// harnessCPU is the harness's own CPU time in the span: reading and
+	// counting the output (the passthrough is a process of its own).
+	harnessCPU time.Duration
+	brokerCPU  time.Duration // the broker's, if config.brokerPID is set
+	rss        int64         // peak resident set, bytes
+	total      time.Duration // from start to the whole output visible
+	check      error         // the exactly-once check; figures count only if nil
+	err        error         // the run failed: no figures
 }
 
 // ok says whether the run has figures: it ran and passed the check.
@@ -228,4 +242,8 @@ func (r result) ok() bool { return r.err == nil && r.check == nil }
 func (r result) perSecond() float64 { return float64(r.records) / r.elapsed.Seconds() }
 
 // cpuPerMillion is CPU seconds per million records.
-func (r result) cpuPerMillion() float64 { return r.cpu.Seconds() / float64(r.records) * 1e6 }
+func (r result) cpuPerMillion() float64 { return perMillion(r.cpu, r.records) }
+
+func perMillion(cpu time.Duration, records int64) float64 {
+	return cpu.Seconds() / float64(records) * 1e6
+}

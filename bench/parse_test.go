@@ -278,3 +278,31 @@ func TestTxnCostArgs(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteCores: the table of where the CPU went has each system's median
+// run per million records: its own, the broker's when its pid is known
+// ("-" and no sum when not), the harness's, and the sum.
+func TestWriteCores(t *testing.T) {
+	pt, weir := system{name: "passthrough", kind: "passthrough"}, system{name: "weir", kind: "weir", interval: time.Second}
+	c := config{systems: []system{pt, weir}}
+	res := []result{
+		{system: pt, records: 2_000_000, elapsed: time.Second, cpu: 1400 * time.Millisecond, harnessCPU: 600 * time.Millisecond, brokerCPU: 300 * time.Millisecond},
+		{system: weir, records: 1_000_000, elapsed: time.Second, cpu: time.Second, harnessCPU: 400 * time.Millisecond, brokerCPU: 350 * time.Millisecond},
+		{system: weir, err: fmt.Errorf("failed")},
+	}
+	var out strings.Builder
+	writeCores(&out, c, res)
+	for _, want := range []string{"passthrough              -       0.70          -       0.30          -", "weir                    1s       1.00          -       0.40          -"} {
+		if !strings.Contains(out.String(), want+"\n") {
+			t.Errorf("without the broker's pid, no line %q in\n%s", want, out.String())
+		}
+	}
+	c.brokerPID = 1
+	out.Reset()
+	writeCores(&out, c, res)
+	for _, want := range []string{"passthrough              -       0.70       0.15       0.30       1.15", "weir                    1s       1.00       0.35       0.40       1.75"} {
+		if !strings.Contains(out.String(), want+"\n") {
+			t.Errorf("with the broker's pid, no line %q in\n%s", want, out.String())
+		}
+	}
+}

@@ -156,8 +156,12 @@ func (b *bench) throughput(ctx context.Context, fail func(string, error) bool) (
 				}
 				continue
 			}
-			log.Info("run", "system", s.name, "run", k+1, "records_per_s", int(r.perSecond()), "cpu_s_per_million", fmt.Sprintf("%.2f", r.cpuPerMillion()),
-				"peak_rss_mb", r.rss>>20, "exactly_once", r.check == nil)
+			attrs := []any{"system", s.name, "run", k + 1, "records_per_s", int(r.perSecond()), "cpu_s_per_million", fmt.Sprintf("%.2f", r.cpuPerMillion()),
+				"harness_cpu_s_per_million", fmt.Sprintf("%.2f", perMillion(r.harnessCPU, r.records))}
+			if c.brokerPID > 0 {
+				attrs = append(attrs, "broker_cpu_s_per_million", fmt.Sprintf("%.2f", perMillion(r.brokerCPU, r.records)))
+			}
+			log.Info("run", append(attrs, "peak_rss_mb", r.rss>>20, "exactly_once", r.check == nil)...)
 			res = append(res, r)
 		}
 	}
@@ -376,7 +380,17 @@ func (b *bench) runOnce(ctx context.Context, s system, in string, k int) (result
 		fromCPU time.Duration
 		fromN   int64
 		rss     int64
+		// The harness's and the broker's CPU time at from.
+		fromHarness, fromBroker time.Duration
 	)
+	// others samples the CPU time of the harness and of the broker (zero
+	// if its pid is unknown): the machine's other work in the run.
+	others := func() (harness, broker time.Duration, err error) {
+		if harness, err = proc.CPU(os.Getpid()); err == nil && b.c.brokerPID > 0 {
+			broker, err = proc.CPU(b.c.brokerPID)
+		}
+		return harness, broker, err
+	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(10 * time.Minute)
@@ -399,6 +413,9 @@ func (b *bench) runOnce(ctx context.Context, s system, in string, k int) (result
 			if fromCPU, err = proc.CPU(cmd.Process.Pid); err != nil {
 				return result{}, err
 			}
+			if fromHarness, fromBroker, err = others(); err != nil {
+				return result{}, err
+			}
 			from, fromN = time.Now(), n
 		}
 		if n < b.c.records {
@@ -406,6 +423,10 @@ func (b *bench) runOnce(ctx context.Context, s system, in string, k int) (result
 		}
 		now := time.Now()
 		cpu, err := proc.CPU(cmd.Process.Pid)
+		if err != nil {
+			return result{}, err
+		}
+		harness, broker, err := others()
 		if err != nil {
 			return result{}, err
 		}
@@ -418,7 +439,7 @@ func (b *bench) runOnce(ctx context.Context, s system, in string, k int) (result
 			return result{}, err
 		}
 		return result{system: s, records: n - fromN, elapsed: now.Sub(from), cpu: cpu - fromCPU, rss: rss,
-			total: now.Sub(start), check: check}, nil
+			total: now.Sub(start), check: check, harnessCPU: harness - fromHarness, brokerCPU: broker - fromBroker}, nil
 	}
 }
 

@@ -54,6 +54,29 @@ func writeTable(w io.Writer, c config, res []result) {
 	}
 }
 
+// writeCores prints, for each system's median run, where the machine's
+// CPU went per million records: the system's process, the broker's (if
+// config.brokerPID names it) and the harness's own, which reads and
+// counts the output. On a machine they share, a system's rate is the
+// cores over the sum.
+func writeCores(w io.Writer, c config, res []result) {
+	med := medians(c, res)
+	if len(med) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "CPU s per million records in the steady state, median runs\n")
+	fmt.Fprintf(w, "%-16s %9s %10s %10s %10s %10s\n", "system", "interval", "system", "broker", "harness", "all")
+	for _, r := range med {
+		sys, harness := r.cpuPerMillion(), perMillion(r.harnessCPU, r.records)
+		broker, all := "-", "-"
+		if c.brokerPID > 0 {
+			b := perMillion(r.brokerCPU, r.records)
+			broker, all = fmt.Sprintf("%.2f", b), fmt.Sprintf("%.2f", sys+b+harness)
+		}
+		fmt.Fprintf(w, "%-16s %9s %10.2f %10s %10.2f %10s\n", r.system.name, r.system.intervalText(), sys, broker, harness, all)
+	}
+}
+
 // writeSVG draws the median runs' records/s and CPU seconds per million
 // records as two bar charts side by side.
 func writeSVG(w io.Writer, c config, res []result) error {
