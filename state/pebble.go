@@ -206,8 +206,12 @@ type Pebble struct {
 	bg          sync.WaitGroup
 	lastRestore RestoreStats
 
-	tables  map[string]*pebbleTable // declared
-	values  map[string]*cachedValue // the value tables, with their caches
+	tables map[string]*pebbleTable // declared
+	values map[string]*cachedValue // the value tables, with their caches
+	// rows are the keys in the value caches, lastRow the last looked up
+	// (see keyRow).
+	rows    map[string]*keyRow
+	lastRow *keyRow
 	catalog map[string]catalogEntry // as stored in db
 	nextID  uint64
 	// window, if not nil, takes the writes while a snapshot's cut runs in
@@ -485,7 +489,7 @@ func (p *Pebble) Value(name string) (ValueTable, error) {
 	if c := p.values[name]; c != nil {
 		return c, nil
 	}
-	c := newCachedValue(t)
+	c := newCachedValue(t, len(p.values))
 	if p.values == nil {
 		p.values = map[string]*cachedValue{}
 	}

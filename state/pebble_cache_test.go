@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -105,5 +107,118 @@ func TestPebbleValueCache(t *testing.T) {
 		if got := get(p, k(1000+i)); got != string(val) {
 			t.Errorf("key %d: %q", 1000+i, got[:10])
 		}
+	}
+}
+
+// TestPebbleValueCacheRows: value tables share one row a key (see keyRow).
+// One table's cache filling up and going to Pebble must leave the other
+// tables' cached (and unwritten) values of the same keys as they are, a row
+// leaves the map only once no table caches its key, and a snapshot holds
+// every table's writes.
+func TestPebbleValueCacheRows(t *testing.T) {
+	ctx := context.Background()
+	st, err := checkpoint.NewFile(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := openTestPebble(t, PebbleOptions{})
+	a, b, big := mustValue(t, p, "a"), mustValue(t, p, "b"), mustValue(t, p, "big")
+	get := func(v ValueTable, key []byte) string {
+		t.Helper()
+		got, ok, err := v.Get(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return "(none)"
+		}
+		return string(got)
+	}
+	const keys = 100
+	for i := range keys {
+		if err := a.Put(k(i), fmt.Appendf(nil, "a%d", i)); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			if err := b.Put(k(i), fmt.Appendf(nil, "b%d", i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if len(p.rows) != keys {
+		t.Fatalf("%d rows for %d keys", len(p.rows), keys)
+	}
+	// big fills its cache twice over, on the same keys and more: it goes
+	// to Pebble and empties, more than once.
+	val := make([]byte, 200)
+	n := 2 * valueCacheBytes / (len(val) + entryOverhead)
+	for i := range n {
+		copy(val, fmt.Sprintf("big-%d", i))
+		if err := big.Put(k(i), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := p.values["big"].bytes; got >= valueCacheBytes {
+		t.Fatalf("big's cache holds %d bytes, past its bound", got)
+	}
+	for i := range keys {
+		if got, want := get(a, k(i)), fmt.Sprintf("a%d", i); got != want {
+			t.Fatalf("a's key %d is %q after big's cache emptied, want %q", i, got, want)
+		}
+		want := "(none)"
+		if i%2 == 0 {
+			want = fmt.Sprintf("b%d", i)
+		}
+		if got := get(b, k(i)); got != want {
+			t.Fatalf("b's key %d is %q after big's cache emptied, want %q", i, got, want)
+		}
+	}
+	if d := p.values["a"].dirty; d != keys {
+		t.Errorf("a has %d dirty entries after big went to Pebble, want %d: another table's spill wrote it out", d, keys)
+	}
+	// Rows: a's keys, plus those big still caches.
+	want := keys
+	for _, e := range p.values["big"].entries {
+		if r := p.rows[e.key]; r == nil || len(r.more) < 2 || r.more[1] != e {
+			t.Fatalf("big's entry of %q is not in its row", e.key)
+		}
+		if i, err := strconv.Atoi(strings.TrimPrefix(e.key, "key-")); err != nil || i >= keys {
+			want++
+		}
+	}
+	if len(p.rows) != want {
+		t.Errorf("%d rows, want %d (a's %d keys and big's cached others)", len(p.rows), want, keys)
+	}
+	h := checkpointNow(t, p, st, 1)
+	q := openTestPebble(t, PebbleOptions{})
+	if err := q.Restore(ctx, st, h); err != nil {
+		t.Fatal(err)
+	}
+	qa, qb, qbig := mustValue(t, q, "a"), mustValue(t, q, "b"), mustValue(t, q, "big")
+	for _, i := range []int{0, 1, keys - 1} {
+		if got, want := get(qa, k(i)), fmt.Sprintf("a%d", i); got != want {
+			t.Errorf("restored a's key %d is %q, want %q", i, got, want)
+		}
+		want := "(none)"
+		if i%2 == 0 {
+			want = fmt.Sprintf("b%d", i)
+		}
+		if got := get(qb, k(i)); got != want {
+			t.Errorf("restored b's key %d is %q, want %q", i, got, want)
+		}
+	}
+	for _, i := range []int{0, n / 2, n - 1} {
+		clear(val)
+		copy(val, fmt.Sprintf("big-%d", i))
+		if got := get(qbig, k(i)); got != string(val) {
+			t.Errorf("restored big's key %d: %q", i, got[:12])
+		}
+	}
+	// Restore empties every cache, and so the rows.
+	if err := p.Restore(ctx, st, h); err != nil {
+		t.Fatal(err)
+	}
+	if len(p.rows) != 0 || p.lastRow != nil {
+		t.Errorf("%d rows after a restore, want none", len(p.rows))
 	}
 }
