@@ -19,7 +19,10 @@
 //     (HashMapStateBackend, full checkpoints) and object reuse;
 //   - kstreams: the same job on Kafka Streams 4.x, exactly_once_v2, a
 //     RocksDB store, commits every --interval, no record cache
-//     (bench/peers/kstreams).
+//     (bench/peers/kstreams);
+//   - weir-b: weir again, as --processor-b builds it (default: the same
+//     binary) with --weir-b-flags: two builds or two settings of weir side
+//     by side in one run, its "vs weir" column their ratio.
 //
 // A system may name its own interval, overriding --interval for it:
 // --systems kstreams,kstreams@100ms shows Kafka Streams at 1 s and at its
@@ -79,6 +82,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -110,6 +114,8 @@ func main() {
 	flag.DurationVar(&c.interval, "interval", time.Second, "checkpoint interval of weir and Flink, commit interval of Kafka Streams")
 	flag.IntVar(&c.brokerPID, "broker-pid", 0, "the broker's process id, if it runs on this machine (scripts/kafka writes it to $WEIR_KAFKA_DIR/kafka.pid): the throughput runs also report its CPU per million records (0: only the harness's own)")
 	weirFlags := flag.String("weir-flags", "", "more flags of weir's processor, space-separated (e.g. \"--http-addr 127.0.0.1:8089\" to profile it)")
+	flag.StringVar(&c.processorB, "processor-b", "", "the processor binary of the system weir-b, to compare two builds (default: --processor's)")
+	weirBFlags := flag.String("weir-b-flags", "", "more flags of weir-b's processor, space-separated (instead of --weir-flags), to compare two settings")
 	svg := flag.String("svg", "", "also draw the figures as an SVG chart into this file")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: bench --brokers host:port [flags]")
@@ -134,7 +140,11 @@ func main() {
 		fmt.Fprintf(os.Stderr, "bench: %v\n", err)
 		os.Exit(2)
 	}
-	c.weirFlags = strings.Fields(*weirFlags)
+	c.weirFlags, c.weirBFlags = strings.Fields(*weirFlags), strings.Fields(*weirBFlags)
+	if slices.ContainsFunc(c.systems, func(s system) bool { return s.kind == "weir-b" }) && c.processorB == "" && len(c.weirBFlags) == 0 {
+		fmt.Fprintln(os.Stderr, "bench: --systems names weir-b, which is weir itself without --processor-b or --weir-b-flags")
+		os.Exit(2)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -191,6 +201,8 @@ type config struct {
 	restoreSession time.Duration
 	interval       time.Duration // checkpoint or commit interval of a system that names none
 	weirFlags      []string      // more flags of weir's processor
+	processorB     string        // weir-b's processor; "": processor
+	weirBFlags     []string      // more flags of weir-b's processor
 	brokerPID      int           // the broker's process, to measure its CPU; 0: unknown
 }
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -31,6 +32,8 @@ func TestParseSystems(t *testing.T) {
 		{"kstreams,kstreams@1s", nil, "same interval"},
 		{"weir@100ms,weir@0.1s", nil, "same interval"},
 		{"passthrough,passthrough", nil, "same interval"},
+		{"weir,weir-b,weir@100ms,weir-b@100ms", []string{"weir/1s", "weir-b/1s", "weir@100ms/100ms", "weir-b@100ms/100ms"}, ""},
+		{"weir-b,weir-b@1s", nil, "same interval"},
 	} {
 		t.Run(tc.list, func(t *testing.T) {
 			got, err := parseSystems(tc.list, time.Second)
@@ -303,6 +306,53 @@ func TestWriteCores(t *testing.T) {
 	for _, want := range []string{"passthrough              -       0.70       0.15       0.30       1.15", "weir                    1s       1.00       0.35       0.40       1.75"} {
 		if !strings.Contains(out.String(), want+"\n") {
 			t.Errorf("with the broker's pid, no line %q in\n%s", want, out.String())
+		}
+	}
+}
+
+// TestWeirB: weir-b runs --processor-b (else --processor) with
+// --weir-b-flags instead of --weir-flags, and the table's "vs weir" column
+// divides it by the weir at its own interval.
+func TestWeirB(t *testing.T) {
+	sys, err := parseSystems("passthrough,weir,weir-b,weir@100ms,weir-b@100ms", time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &bench{c: config{systems: sys, processor: "/a/processor", weirFlags: []string{"--x", "1"}, processorB: "/b/processor", weirBFlags: []string{"--y", "2"}},
+		brokers: []string{"k:9092"}}
+	for _, tc := range []struct {
+		s       system
+		bin     string
+		has, no string
+	}{
+		{sys[1], "/a/processor", "--x 1", "--y"},
+		{sys[2], "/b/processor", "--y 2", "--x"},
+		{sys[4], "/b/processor", "--y 2 --http-addr 127.0.0.1:0", "--x"},
+	} {
+		bin, args := b.weirCommand(tc.s, "in", "out", "name", "dir", tc.s.interval != time.Second)
+		line := strings.Join(args, " ")
+		if bin != tc.bin || !strings.Contains(line, tc.has) || strings.Contains(line, tc.no) || !strings.Contains(line, "--interval "+tc.s.interval.String()) {
+			t.Errorf("%s: %s %s", tc.s.name, bin, line)
+		}
+	}
+	b.c.processorB = ""
+	if bin, _ := b.weirCommand(sys[2], "in", "out", "name", "dir", false); bin != "/a/processor" {
+		t.Errorf("weir-b without --processor-b runs %s, want --processor's", bin)
+	}
+
+	var res []result
+	for i, s := range sys {
+		res = append(res, result{system: s, records: int64(1_000_000 + 100_000*i), elapsed: time.Second})
+	}
+	var out strings.Builder
+	writeTable(&out, b.c, res)
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`\nweir-b +1s +1200000 .* 1\.20 +1\.09\n`),          // against weir at 1 s
+		regexp.MustCompile(`\nweir-b@100ms +100ms +1400000 .* 1\.40 +1\.08\n`), // against weir@100ms
+		regexp.MustCompile(`\nweir@100ms +100ms +1300000 .* 1\.30 +1\.18\n`),   // the others against weir
+	} {
+		if !want.MatchString(out.String()) {
+			t.Errorf("no line matching %s in\n%s", want, out.String())
 		}
 	}
 }

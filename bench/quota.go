@@ -193,7 +193,7 @@ func (b *bench) quotaOnce(ctx context.Context, s system) (quotaRun, error) {
 	q.window, q.results = time.Since(from), chk.seen()-fromN
 
 	switch s.kind {
-	case "weir":
+	case "weir", "weir-b":
 		q.stats, err = weirStats(ctx, log)
 	case "flink", "flink-heap":
 		q.stats, err = flinkStats(ctx, p.restPort)

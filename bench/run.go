@@ -109,7 +109,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (report, error) {
 	}
 	restored := map[string]bool{}
 	for _, s := range c.systems {
-		if c.restoreMB == 0 || s.kind != "weir" && s.kind != "kstreams" || restored[s.kind] {
+		if c.restoreMB == 0 || s.kind != "weir" && s.kind != "kstreams" || restored[s.kind] { // weir-b: weir's restore is the same job
 			continue
 		}
 		restored[s.kind] = true
@@ -229,8 +229,8 @@ func (b *bench) prepare(ctx context.Context, s string) error {
 	switch s {
 	case "passthrough":
 		return nil
-	case "weir":
-		if b.c.processor != "" {
+	case "weir", "weir-b":
+		if b.c.processor != "" || s == "weir-b" && b.c.processorB != "" {
 			return nil
 		}
 		b.c.processor = filepath.Join(b.dir, "processor")
@@ -295,15 +295,9 @@ func (b *bench) start(s system, in, out, name, dir string, p *probe) (*exec.Cmd,
 	switch s.kind {
 	case "passthrough":
 		cmd = exec.Command(b.self, "passthrough", brokers, in, out)
-	case "weir":
-		args := []string{"run", "--job", "count", "--name", name, "--brokers", brokers,
-			"--input", in, "--output", out, "--checkpoints", "file://" + filepath.Join(dir, "checkpoints"),
-			"--state-dir", filepath.Join(dir, "state"), "--interval", s.interval.String(), "--http-addr", "off", "--log-level", "warn"}
-		args = append(args, b.c.weirFlags...)
-		if p != nil { // after --weir-flags: the probe needs these
-			args = append(args, "--http-addr", "127.0.0.1:0", "--log-level", "info")
-		}
-		cmd = exec.Command(b.c.processor, args...)
+	case "weir", "weir-b":
+		bin, args := b.weirCommand(s, in, out, name, dir, p != nil)
+		cmd = exec.Command(bin, args...)
 	case "flink", "flink-heap", "kstreams":
 		last := strconv.Itoa(b.c.partitions) // Flink: parallelism
 		if s.kind == "kstreams" {
@@ -324,7 +318,7 @@ func (b *bench) start(s system, in, out, name, dir string, p *probe) (*exec.Cmd,
 	}
 	cmd.Stdout = os.Stderr
 	cmd.Stderr = os.Stderr
-	if s.kind != "passthrough" && (s.kind != "weir" || p != nil) {
+	if s.kind != "passthrough" && (!isWeir(s.kind) || p != nil) {
 		// The peers' INFO logs, and weir's when a probe reads them.
 		cmd.Stdout, cmd.Stderr = nil, nil
 		f, err := os.Create(filepath.Join(dir, "log"))
@@ -335,6 +329,26 @@ func (b *bench) start(s system, in, out, name, dir string, p *probe) (*exec.Cmd,
 		cmd.Stdout, cmd.Stderr = f, f
 	}
 	return cmd, cmd.Start()
+}
+
+// weirCommand is the binary and arguments of a run of weir or weir-b (see
+// start); probed: a probe reads its log and status page.
+func (b *bench) weirCommand(s system, in, out, name, dir string, probed bool) (string, []string) {
+	args := []string{"run", "--job", "count", "--name", name, "--brokers", strings.Join(b.brokers, ","),
+		"--input", in, "--output", out, "--checkpoints", "file://" + filepath.Join(dir, "checkpoints"),
+		"--state-dir", filepath.Join(dir, "state"), "--interval", s.interval.String(), "--http-addr", "off", "--log-level", "warn"}
+	bin, flags := b.c.processor, b.c.weirFlags
+	if s.kind == "weir-b" {
+		flags = b.c.weirBFlags
+		if b.c.processorB != "" {
+			bin = b.c.processorB
+		}
+	}
+	args = append(args, flags...)
+	if probed { // after the flags: the probe needs these
+		args = append(args, "--http-addr", "127.0.0.1:0", "--log-level", "info")
+	}
+	return bin, args
 }
 
 // peerClasspath is the Java class path of peer s, built by prepare.

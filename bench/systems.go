@@ -8,7 +8,11 @@ import (
 )
 
 // kinds are what --systems may name, with what each runs.
-var kinds = []string{"passthrough", "weir", "flink", "flink-heap", "kstreams"}
+var kinds = []string{"passthrough", "weir", "weir-b", "flink", "flink-heap", "kstreams"}
+
+// isWeir tells weir and weir-b, which run the same way but for their
+// binary and flags, from the rest.
+func isWeir(kind string) bool { return kind == "weir" || kind == "weir-b" }
 
 // A system is one entry of --systems: a kind of system and the checkpoint
 // interval (weir, Flink) or commit interval (Kafka Streams) it runs at.

@@ -50,8 +50,22 @@ func writeTable(w io.Writer, c config, res []result) {
 			}
 		}
 		fmt.Fprintf(w, "%-16s %9s %12.0f %20s %12.2f %14d %10.2f %14s %8s\n", s.name, s.intervalText(), r.perSecond(), fmt.Sprintf("%.0f-%.0f", lo, hi),
-			r.cpuPerMillion(), r.rss>>20, r.total.Seconds(), ratio(r, "passthrough"), ratio(r, "weir"))
+			r.cpuPerMillion(), r.rss>>20, r.total.Seconds(), ratio(r, "passthrough"), ratio(r, weirBase(c, r.system)))
 	}
+}
+
+// weirBase is the system the "vs weir" column divides s by: weir (at the
+// default interval), or for weir-b the weir at its own interval if the run
+// has one, which makes the column the ratio of the two builds or settings.
+func weirBase(c config, s system) string {
+	if s.kind == "weir-b" {
+		for _, o := range c.systems {
+			if o.kind == "weir" && o.interval == s.interval {
+				return o.name
+			}
+		}
+	}
+	return "weir"
 }
 
 // writeCores prints, for each system's median run, where the machine's
@@ -112,7 +126,7 @@ func writeSVG(w io.Writer, c config, res []result) error {
 				bw = ch.val(r) / ch.most * width
 			}
 			color := "#8a8f98"
-			if r.system.kind == "weir" {
+			if isWeir(r.system.kind) {
 				color = "#2b6cb0"
 			}
 			p(`<text x="%d" y="%d">%s</text>`+"\n", ch.x0+10, y+barH-8, r.system.name)
