@@ -48,6 +48,10 @@ type PebbleOptions struct {
 	// links (default vfs.Default, the local disk). Tests wrap it to make
 	// the disk fail (errorfs; internal/diskfault).
 	FS vfs.FS
+
+	// valueCache bounds one value table's cache (default
+	// valueCacheBytes): tests make it small, to spill often.
+	valueCache int
 }
 
 // PebbleCut is how Snapshot captures the writes that are still in memtables,
@@ -116,6 +120,9 @@ func (o PebbleOptions) withDefaults() (PebbleOptions, error) {
 	}
 	if o.UploadParallelism == 0 {
 		o.UploadParallelism = defaultUploadParallelism
+	}
+	if o.valueCache <= 0 {
+		o.valueCache = valueCacheBytes
 	}
 	switch {
 	case o.DeltaMemory == 0:

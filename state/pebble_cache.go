@@ -20,7 +20,7 @@ import "github.com/cockroachdb/pebble/v2"
 // the state); Close drops it too (what was written since the last snapshot
 // is never read again: the next backend restores a checkpoint).
 
-// valueCacheBytes bounds one table's cache (keys, values and about 64
+// valueCacheBytes bounds one table's cache by default (keys, values and about 64
 // bytes of overhead an entry): past it the cache is written out and
 // emptied. Small, so that a snapshot's pause to write it out stays short
 // and a table of large values goes to Pebble about as it is written: 16K
@@ -172,7 +172,7 @@ func (c *cachedValue) clearChanges() {
 // entry adds an entry for key, writing the cache out and emptying it
 // first if it is full.
 func (c *cachedValue) entry(key []byte) (*cacheEntry, error) {
-	if c.bytes >= valueCacheBytes {
+	if c.bytes >= c.t.p.opts.valueCache {
 		if err := c.flush(); err != nil {
 			return nil, err
 		}
