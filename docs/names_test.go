@@ -41,6 +41,10 @@ var (
 		"entity-type":    "kafka-configs.sh --entity-type",
 		"entity-default": "kafka-configs.sh --entity-default",
 		"entity-name":    "kafka-configs.sh --entity-name",
+		// kafka-transactions.sh abort's, to close a transaction a skipped
+		// marker left open.
+		"partition":    "kafka-transactions.sh abort --partition",
+		"start-offset": "kafka-transactions.sh abort --start-offset",
 	}
 	otherEnv = map[string]string{
 		"WEIR_KAFKA_DIR":               "scripts/kafka",

@@ -128,6 +128,10 @@ type txnWriter[T any] struct {
 	ids  []string
 
 	clients []*kgo.Client // per slot; nil until initialised
+	// pids and epochs are, per slot, the producer id and epoch its last
+	// initialisation got.
+	pids    []int64
+	epochs  []int16
 	pool    *pool
 	cur     int // the slot of the open transaction, -1 for none
 	written int // records written into it
@@ -197,6 +201,8 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, lo
 		// producer client ids do.
 		clientID: fmt.Sprintf("%s-%d", prefix, info.Task),
 		clients:  make([]*kgo.Client, cfg.poolSize()),
+		pids:     make([]int64, cfg.poolSize()),
+		epochs:   make([]int16, cfg.poolSize()),
 		loaded:   make([]map[string]bool, cfg.poolSize()),
 		landed:   make([]firstRecord, cfg.poolSize()),
 		pool:     newPool(cfg.poolSize()),
@@ -239,15 +245,49 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, lo
 	// pool.complete): until then the coordinator's record of them is the
 	// only evidence that they committed, and a restore from the same
 	// manifest after another failure needs it.
-	var g errgroup.Group
-	for i := range w.ids {
-		if w.pool.slots[i].state == slotRestored {
-			continue
+	//
+	// What the coordinator has of each first: a transaction it aborts
+	// there may miss a partition's marker (see hanging.go).
+	adm, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.ClientOpts...)...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka sink %s, task %d: kafka client: %w", info.Operator, info.Task, err)
+	}
+	defer adm.Close()
+	fresh := map[int]string{}
+	for i, id := range w.ids {
+		if w.pool.slots[i].state != slotRestored {
+			fresh[i] = id
 		}
+	}
+	before, err := describeBefore(ctx, kadm.NewClient(adm), fresh)
+	if err != nil {
+		return nil, fmt.Errorf("kafka sink %s, task %d: %w", info.Operator, info.Task, err)
+	}
+	var g errgroup.Group
+	for i := range fresh {
 		g.Go(func() error { return w.initSlot(ctx, i) })
 	}
 	if err := g.Wait(); err != nil {
 		return nil, fmt.Errorf("kafka sink %s, task %d: %w", info.Operator, info.Task, err)
+	}
+	closed, err := closeHanging(ctx, kadm.NewClient(adm), cfg.Topic, w.ids, w.pids, w.epochs, before)
+	var unchecked *uncheckedError
+	switch {
+	case errors.As(err, &unchecked):
+		w.log.Warn(unchecked.Error()+"; grant the worker's principal READ on the output topic (docs/operating.md, \"Transactions left open\")",
+			"topic", cfg.Topic)
+	case err != nil:
+		return nil, fmt.Errorf("kafka sink %s, task %d: %w", info.Operator, info.Task, err)
+	}
+	for _, h := range closed {
+		outcome := "aborted"
+		if h.commit {
+			outcome = "committed"
+		}
+		w.log.Warn("closed a transaction its coordinator had "+outcome+" without writing this partition's marker (the partition had no leader then); "+
+			"the marker is written now, before the transactional id writes again",
+			"partition", fmt.Sprintf("%s/%d", h.topic, h.partition), "start_offset", h.start, "transactional_id", h.txnID,
+			"producer_id", h.pid, "epoch", h.epoch, "outcome", outcome)
 	}
 	w.lookupQuota(ctx)
 	w.openNext()
@@ -303,6 +343,7 @@ func (w *txnWriter[T]) initSlot(ctx context.Context, i int) error {
 		cl.Close()
 		return fmt.Errorf("initialise transactional id %s: %w", w.ids[i], err)
 	}
+	w.pids[i], w.epochs[i] = pid, epoch
 	w.log.Debug("transactional id initialised", "transactional_id", w.ids[i], "producer_id", pid, "epoch", epoch)
 	w.clients[i] = cl
 	w.loaded[i] = map[string]bool{}

@@ -1,0 +1,360 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Hanging transactions. When a transaction ends, its coordinator writes a
+// marker to each partition the transaction wrote. A partition with no
+// leader at that moment is taken for deleted and skipped (Kafka 4.4's
+// TransactionMarkerChannelManager: "Couldn't find leader endpoint ...
+// likely deleted already and hence can be skipped"); the coordinator
+// completes the transaction without that marker. The partition then holds
+// the transaction open: its last stable offset stops there, and the next
+// transaction of the same producer id to write the partition is taken for
+// its continuation, so that its marker decides the records of both.
+//
+// The chaos runner found it (seed 23001, 20 minutes, a broker fenced by its
+// controller under load): worker 1 was killed with a transaction of task 1
+// open; the next owner's InitProducerID aborted it, the abort's marker for
+// the partition was skipped, and the next owner's first transaction on that
+// transactional id committed the dead owner's nine records along with its
+// own. The restore had replayed them from the checkpoint: nine duplicates,
+// nothing said. Flink's and Kafka Streams' sinks meet the same.
+//
+// A writer opens its slots with InitProducerID, which aborts what a
+// previous owner left open. closeHanging checks, after that, the partitions
+// those transactions wrote (DescribeTransactions, before the slots are
+// initialised, names them) for one still open under the slot's producer id
+// at an older epoch. One the coordinator decided (the previous owner's
+// open transaction, which the InitProducerID aborted; or one it was
+// preparing to commit or abort) gets the marker it missed, written as
+// kafka-transactions.sh abort writes one (WriteTxnMarkers, KIP-664), before
+// the slot writes again. One whose outcome it cannot tell fails the writer,
+// naming the partition and offset.
+
+// txnBefore is the coordinator's record of a slot's transactional id
+// before the writer initialised it.
+type txnBefore struct {
+	state string
+	pid   int64
+	epoch int16
+	// topics are the partitions of its transaction, if one was open
+	// (Ongoing, or preparing to end: then those still without markers).
+	topics kadm.TopicsSet
+}
+
+// hangingTxn is a transaction a partition holds open under a slot's
+// producer id after the slot was initialised (at a newer epoch).
+type hangingTxn struct {
+	slot             int
+	txnID            string
+	topic            string
+	partition        int32
+	pid              int64
+	epoch            int16 // of its records
+	coordinatorEpoch int32
+	start            int64 // its first offset
+	// decided: the coordinator's record before initialisation tells the
+	// outcome, commit.
+	decided, commit bool
+	before          txnBefore
+}
+
+func (h hangingTxn) String() string {
+	return fmt.Sprintf("%s/%d from offset %d (transactional id %s, producer id %d, epoch %d)",
+		h.topic, h.partition, h.start, h.txnID, h.pid, h.epoch)
+}
+
+// relevant reports whether the coordinator's record tells of a
+// transaction that may have missed a partition's marker: one open (its
+// partitions named), or one that ended (its partitions no longer named).
+func (b txnBefore) relevant() bool {
+	switch b.state {
+	case "Ongoing", "PrepareCommit", "PrepareAbort":
+		return len(b.topics) > 0
+	case "CompleteCommit", "CompleteAbort":
+		return true
+	}
+	return false
+}
+
+// decide sets what the coordinator decided for h from its record before
+// the slot was initialised:
+//   - Ongoing at h's epoch, with h's partition among its partitions: the
+//     transaction the initialisation aborted.
+//   - Preparing to end or ended at the epoch after h's: ending a
+//     transaction takes the next epoch under transaction version 2, so
+//     that epoch names exactly the transaction that wrote at h's; it
+//     committed or aborted as the state says.
+//
+// Anything else (another producer id, an older transaction, the epochs of
+// transaction version 1, where every transaction of a producer shares
+// one) is left undecided.
+func (h *hangingTxn) decide() {
+	b := h.before
+	if b.pid != h.pid {
+		return
+	}
+	switch {
+	case b.state == "Ongoing" && b.epoch == h.epoch && b.topics.Lookup(h.topic, h.partition):
+		h.decided, h.commit = true, false
+	case (b.state == "PrepareAbort" || b.state == "CompleteAbort") && b.epoch == h.epoch+1:
+		h.decided, h.commit = true, false
+	case (b.state == "PrepareCommit" || b.state == "CompleteCommit") && b.epoch == h.epoch+1:
+		h.decided, h.commit = true, true
+	}
+}
+
+// findHanging returns the transactions ps shows open under a slot's
+// producer id (pids, per slot) at an epoch older than the slot's (epochs),
+// for the slots of before, decided where their record tells.
+func findHanging(ids []string, pids []int64, epochs []int16, before map[int]txnBefore, ps []kadm.DescribedProducer) []hangingTxn {
+	var out []hangingTxn
+	for slot, b := range before {
+		for _, p := range ps {
+			if p.ProducerID != pids[slot] || p.CurrentTxnStartOffset < 0 || p.ProducerEpoch >= epochs[slot] {
+				continue
+			}
+			h := hangingTxn{slot: slot, txnID: ids[slot], topic: p.Topic, partition: p.Partition, pid: p.ProducerID,
+				epoch: p.ProducerEpoch, coordinatorEpoch: p.CoordinatorEpoch, start: p.CurrentTxnStartOffset, before: b}
+			h.decide()
+			out = append(out, h)
+		}
+	}
+	slices.SortFunc(out, func(a, b hangingTxn) int {
+		return strings.Compare(a.String(), b.String())
+	})
+	return out
+}
+
+// hangingAdmin is what closeHanging asks the brokers (kadm.Client; tests
+// fake it).
+type hangingAdmin interface {
+	DescribeProducers(ctx context.Context, s kadm.TopicsSet) (kadm.DescribedProducersTopics, error)
+	WriteTxnMarkers(ctx context.Context, markers ...kadm.TxnMarkers) (kadm.TxnMarkersResponses, error)
+}
+
+// HangingTransactionError says an output partition holds open a
+// transaction of the task's that its coordinator ended without the
+// partition's marker, and the writer could not close it: writing on would
+// let the next transaction decide its records (see closeHanging).
+type HangingTransactionError struct {
+	Hanging []string // each as topic/partition from offset ...
+	Reason  string
+	// Abort lists kafka-transactions.sh commands that abort them, if
+	// aborting is right (the coordinator aborted them).
+	Abort []string
+}
+
+func (e *HangingTransactionError) Error() string {
+	s := fmt.Sprintf("output partitions hold transactions open that their coordinator ended without writing the partition's marker (a partition without a leader at that moment): %s; %s. "+
+		"Writing on would commit or abort their records with the next transaction of the same producer id",
+		strings.Join(e.Hanging, "; "), e.Reason)
+	if len(e.Abort) > 0 {
+		s += "; the coordinator aborted them: abort them with " + strings.Join(e.Abort, " and ") + ", and the task goes on at its next restart"
+	}
+	return s
+}
+
+// closeHanging writes the markers the output's partitions missed, once
+// the slots are initialised (pids and epochs, per slot), or fails with a
+// *HangingTransactionError (see the top of this file). It looks where a
+// slot's last transaction may have written: the partitions its
+// coordinator names for one still open before the initialisation, all of
+// topic's for one that had ended (the coordinator no longer names them).
+// It returns what it closed.
+func closeHanging(ctx context.Context, adm hangingAdmin, topic string, ids []string, pids []int64, epochs []int16, before map[int]txnBefore) ([]hangingTxn, error) {
+	parts, relevant, everyPartition := kadm.TopicsSet{}, map[int]txnBefore{}, false
+	for slot, b := range before {
+		if !b.relevant() || b.pid != pids[slot] {
+			continue // another producer id now: its transactions are not continued
+		}
+		relevant[slot] = b
+		parts.Merge(b.topics)
+		everyPartition = everyPartition || len(b.topics) == 0
+	}
+	if len(relevant) == 0 {
+		return nil, nil
+	}
+	if everyPartition {
+		parts[topic] = map[int32]struct{}{} // none named: kadm asks for all
+	}
+	before = relevant
+	described := func() ([]kadm.DescribedProducer, error) {
+		ctx, cancel := context.WithTimeout(ctx, describeProducersTimeout)
+		defer cancel()
+		for bo := newBackoff(); ; {
+			all, err := describeProducers(ctx, adm, parts)
+			if err == nil || !retriableDescribe(err) {
+				return all, err
+			}
+			if werr := bo.wait(ctx); werr != nil {
+				return nil, fmt.Errorf("%w (last error: %v)", werr, err)
+			}
+		}
+	}
+	ps, err := described()
+	if err != nil {
+		if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+			return nil, &uncheckedError{err}
+		}
+		return nil, err
+	}
+	hs := findHanging(ids, pids, epochs, before, ps)
+	if len(hs) == 0 {
+		return nil, nil
+	}
+	var undecided []string
+	for _, h := range hs {
+		if !h.decided {
+			undecided = append(undecided, fmt.Sprintf("%v, whose coordinator had it %s at producer id %d, epoch %d before the task initialised it",
+				h, h.before.state, h.before.pid, h.before.epoch))
+		}
+	}
+	if len(undecided) > 0 {
+		return nil, &HangingTransactionError{Hanging: undecided, Reason: "which of them committed cannot be told, so none is closed"}
+	}
+	var markers []kadm.TxnMarkers
+	for _, h := range hs {
+		markers = append(markers, kadm.TxnMarkers{ProducerID: h.pid, ProducerEpoch: h.epoch, Commit: h.commit,
+			CoordinatorEpoch: h.coordinatorEpoch, Topics: kadm.TopicsSet{h.topic: {h.partition: {}}}})
+	}
+	rs, err := adm.WriteTxnMarkers(ctx, markers...)
+	if err == nil {
+		var perr []error
+		rs.EachPartition(func(p kadm.TxnMarkersPartitionResponse) {
+			if p.Err != nil {
+				perr = append(perr, fmt.Errorf("%s/%d (producer id %d): %w", p.Topic, p.Partition, p.ProducerID, p.Err))
+			}
+		})
+		err = errors.Join(perr...)
+	}
+	if err == nil {
+		// The markers are in: nothing of these may be open now.
+		if ps, err = described(); err == nil {
+			if still := findHanging(ids, pids, epochs, before, ps); len(still) > 0 {
+				err = fmt.Errorf("still open after their markers were written: %v", still)
+			}
+		}
+	}
+	if err != nil {
+		e := &HangingTransactionError{Reason: fmt.Sprintf("writing their markers failed: %v", err)}
+		for _, h := range hs {
+			e.Hanging = append(e.Hanging, h.String())
+			if !h.commit {
+				e.Abort = append(e.Abort, fmt.Sprintf("`kafka-transactions.sh --bootstrap-server BROKERS abort --topic %s --partition %d --start-offset %d`",
+					h.topic, h.partition, h.start))
+			}
+		}
+		if len(e.Abort) < len(hs) {
+			e.Abort = nil // a commit among them: no tool writes one
+		}
+		return nil, e
+	}
+	return hs, nil
+}
+
+// describeBefore returns the coordinator's record of each slot's
+// transactional id (ids, by slot), retrying while coordinators move or
+// load. An id the coordinator does not know has no record.
+func describeBefore(ctx context.Context, adm *kadm.Client, ids map[int]string) (map[int]txnBefore, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var names []string
+	for _, id := range ids {
+		names = append(names, id)
+	}
+	for b := newBackoff(); ; {
+		ds, err := adm.DescribeTransactions(ctx, names...)
+		out := map[int]txnBefore{}
+		if err == nil {
+			for slot, id := range ids {
+				d, ok := ds[id]
+				switch {
+				case !ok:
+					err = fmt.Errorf("no answer for %s", id)
+				case errors.Is(d.Err, kerr.TransactionalIDNotFound):
+				case d.Err != nil:
+					err = d.Err
+				default:
+					out[slot] = txnBefore{state: d.State, pid: d.ProducerID, epoch: d.ProducerEpoch, topics: d.Topics}
+				}
+				if err != nil {
+					break
+				}
+			}
+		}
+		switch {
+		case err == nil:
+			return out, nil
+		case retriableCoordinator(err):
+			if werr := b.wait(ctx); werr != nil {
+				return nil, fmt.Errorf("describe transactional ids %s: %w (last error: %v)", strings.Join(names, ", "), werr, err)
+			}
+		default:
+			return nil, fmt.Errorf("describe transactional ids %s: %w", strings.Join(names, ", "), err)
+		}
+	}
+}
+
+// uncheckedError says closeHanging could not look (the principal may not
+// read the output topic's producers): the writer goes on, with a warning.
+type uncheckedError struct{ err error }
+
+func (e *uncheckedError) Error() string {
+	return fmt.Sprintf("could not check the output's partitions for transactions left open by a marker their coordinator skipped: %v", e.err)
+}
+
+func (e *uncheckedError) Unwrap() error { return e.err }
+
+// describeProducersTimeout bounds closeHanging's wait for the partitions
+// to answer (a partition without a leader does not).
+const describeProducersTimeout = time.Minute
+
+// describeProducers returns the producers the partitions of parts know.
+func describeProducers(ctx context.Context, adm hangingAdmin, parts kadm.TopicsSet) ([]kadm.DescribedProducer, error) {
+	ds, err := adm.DescribeProducers(ctx, parts)
+	if err != nil {
+		return nil, fmt.Errorf("describe the producers of %s: %w", strings.Join(parts.Topics(), ", "), err)
+	}
+	var all []kadm.DescribedProducer
+	var perr []error
+	ds.EachPartition(func(p kadm.DescribedProducersPartition) {
+		if p.Err != nil {
+			perr = append(perr, fmt.Errorf("%s/%d: %w", p.Topic, p.Partition, p.Err))
+		}
+		for _, d := range p.ActiveProducers {
+			all = append(all, d)
+		}
+	})
+	if len(perr) > 0 {
+		return nil, fmt.Errorf("describe producers: %w", errors.Join(perr...))
+	}
+	return all, nil
+}
+
+// retriableDescribe tells a DescribeProducers failure worth asking again:
+// a partition without a leader, or one moving.
+func retriableDescribe(err error) bool {
+	switch {
+	case errors.Is(err, kerr.NotLeaderForPartition), errors.Is(err, kerr.LeaderNotAvailable),
+		errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.RequestTimedOut):
+		return true
+	}
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return false
+	}
+	return kgo.IsRetryableBrokerErr(err)
+}

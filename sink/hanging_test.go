@@ -1,0 +1,435 @@
+package sink
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"github.com/twmb/franz-go/pkg/kversion"
+
+	"github.com/weirstream/weir/internal/engine"
+	"github.com/weirstream/weir/internal/testcluster"
+)
+
+// fakeHangingAdmin answers DescribeProducers from open (the transactions
+// each partition holds open, by producer id) and applies WriteTxnMarkers to
+// it, or fails them with writeErr.
+type fakeHangingAdmin struct {
+	open      map[string]map[int32][]kadm.DescribedProducer
+	writeErr  error
+	described int
+	written   []kadm.TxnMarkers
+}
+
+func (f *fakeHangingAdmin) DescribeProducers(_ context.Context, s kadm.TopicsSet) (kadm.DescribedProducersTopics, error) {
+	f.described++
+	out := kadm.DescribedProducersTopics{}
+	for t, ps := range s {
+		dt := kadm.DescribedProducersTopic{Topic: t, Partitions: kadm.DescribedProducersPartitions{}}
+		if len(ps) == 0 { // every partition
+			ps = map[int32]struct{}{}
+			for p := range f.open[t] {
+				ps[p] = struct{}{}
+			}
+		}
+		for p := range ps {
+			dp := kadm.DescribedProducersPartition{Topic: t, Partition: p, ActiveProducers: kadm.DescribedProducers{}}
+			for _, d := range f.open[t][p] {
+				dp.ActiveProducers[d.ProducerID] = d
+			}
+			dt.Partitions[p] = dp
+		}
+		out[t] = dt
+	}
+	return out, nil
+}
+
+func (f *fakeHangingAdmin) WriteTxnMarkers(_ context.Context, ms ...kadm.TxnMarkers) (kadm.TxnMarkersResponses, error) {
+	if f.writeErr != nil {
+		return nil, f.writeErr
+	}
+	f.written = append(f.written, ms...)
+	for _, m := range ms {
+		for t, ps := range m.Topics {
+			for p := range ps {
+				for i, d := range f.open[t][p] {
+					if d.ProducerID == m.ProducerID && d.ProducerEpoch <= m.ProducerEpoch {
+						f.open[t][p][i].CurrentTxnStartOffset = -1
+					}
+				}
+			}
+		}
+	}
+	return kadm.TxnMarkersResponses{}, nil
+}
+
+// The chaos run's case (seed 23001): task 1's slot 1 (producer id 33) had
+// its transaction open at epoch 671 on out/1 when its owner was killed; the
+// next owner's InitProducerID aborted it (epoch 673 now) but out/1 missed the
+// marker and holds the transaction open from offset 33727.
+func chaosCase() (ids []string, pids []int64, epochs []int16, before map[int]txnBefore, f *fakeHangingAdmin) {
+	ids = []string{"job-output-1-0", "job-output-1-1", "job-output-1-2"}
+	pids = []int64{104, 33, 60}
+	epochs = []int16{673, 673, 667}
+	before = map[int]txnBefore{
+		0: {state: "CompleteCommit", pid: 104, epoch: 672},
+		1: {state: "Ongoing", pid: 33, epoch: 671, topics: kadm.TopicsSet{"out": {1: {}}}},
+		2: {state: "CompleteCommit", pid: 60, epoch: 666},
+	}
+	f = &fakeHangingAdmin{open: map[string]map[int32][]kadm.DescribedProducer{"out": {
+		1: {
+			{Topic: "out", Partition: 1, ProducerID: 33, ProducerEpoch: 671, CoordinatorEpoch: 4, CurrentTxnStartOffset: 33727},
+			{Topic: "out", Partition: 1, ProducerID: 104, ProducerEpoch: 672, CoordinatorEpoch: 4, CurrentTxnStartOffset: -1},
+			// Another task's transaction, open and its own business.
+			{Topic: "out", Partition: 1, ProducerID: 7, ProducerEpoch: 700, CoordinatorEpoch: 4, CurrentTxnStartOffset: 33740},
+		},
+	}}}
+	return
+}
+
+func TestCloseHangingAbortsWhatTheInitAborted(t *testing.T) {
+	ids, pids, epochs, before, f := chaosCase()
+	closed, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(closed) != 1 || closed[0].slot != 1 || closed[0].commit || closed[0].start != 33727 {
+		t.Fatalf("closed %+v, want slot 1's transaction from 33727 aborted", closed)
+	}
+	want := kadm.TxnMarkers{ProducerID: 33, ProducerEpoch: 671, Commit: false, CoordinatorEpoch: 4, Topics: kadm.TopicsSet{"out": {1: {}}}}
+	if len(f.written) != 1 || f.written[0].ProducerID != want.ProducerID || f.written[0].ProducerEpoch != want.ProducerEpoch ||
+		f.written[0].Commit || f.written[0].CoordinatorEpoch != want.CoordinatorEpoch || !f.written[0].Topics.Lookup("out", 1) || len(f.written[0].Topics) != 1 {
+		t.Fatalf("markers written %+v, want %+v", f.written, want)
+	}
+	if f.open["out"][1][2].CurrentTxnStartOffset != 33740 {
+		t.Error("another producer's open transaction was closed")
+	}
+	if f.described != 2 {
+		t.Errorf("%d DescribeProducers, want 2 (find, then confirm closed)", f.described)
+	}
+}
+
+// The outcomes a coordinator records that decide a hanging transaction:
+// under transaction version 2, ending one takes the next epoch, which so
+// names the transaction that wrote at the one before.
+func TestCloseHangingDecided(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		before txnBefore
+		commit bool
+	}{
+		// The owner died after its EndTxn: the commit's marker missed out/1.
+		{"committing", txnBefore{state: "PrepareCommit", pid: 33, epoch: 672, topics: kadm.TopicsSet{"out": {1: {}}}}, true},
+		{"aborting", txnBefore{state: "PrepareAbort", pid: 33, epoch: 672, topics: kadm.TopicsSet{"out": {1: {}}}}, false},
+		// An earlier open found it Ongoing, its InitProducerID aborted it,
+		// and the check failed (the partition had no leader yet): the
+		// restart finds the abort done.
+		// The coordinator no longer names the partitions: only asking all
+		// of the topic's finds out/1.
+		{"aborted", txnBefore{state: "CompleteAbort", pid: 33, epoch: 672}, false},
+		{"committed", txnBefore{state: "CompleteCommit", pid: 33, epoch: 672}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ids, pids, epochs, before, f := chaosCase()
+			before[1] = tc.before
+			closed, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(closed) != 1 || closed[0].commit != tc.commit || len(f.written) != 1 || f.written[0].Commit != tc.commit || f.written[0].ProducerEpoch != 671 {
+				t.Fatalf("closed %+v, markers %+v: want one marker at epoch 671, commit %v", closed, f.written, tc.commit)
+			}
+		})
+	}
+}
+
+func TestCloseHangingUndecidedFails(t *testing.T) {
+	for name, b := range map[string]txnBefore{
+		// An older transaction than the one the coordinator had open:
+		// which way it went is not on record.
+		"older epoch": {state: "Ongoing", pid: 33, epoch: 672, topics: kadm.TopicsSet{"out": {1: {}}}},
+		// Open at that epoch, but not on that partition.
+		"other partition": {state: "Ongoing", pid: 33, epoch: 671, topics: kadm.TopicsSet{"out": {2: {}}}},
+		// Ended at the same epoch: transaction version 1, where every
+		// transaction of the producer shares it.
+		"same epoch": {state: "CompleteCommit", pid: 33, epoch: 671},
+		"two ago":    {state: "CompleteAbort", pid: 33, epoch: 673},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ids, pids, epochs, before, f := chaosCase()
+			before[1] = b
+			_, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+			var he *HangingTransactionError
+			if !errors.As(err, &he) || !strings.Contains(err.Error(), "out/1 from offset 33727") || len(f.written) != 0 {
+				t.Fatalf("got %v, markers %+v; want a HangingTransactionError naming out/1 from 33727 and no marker", err, f.written)
+			}
+		})
+	}
+}
+
+func TestCloseHangingWriteRefusedSaysHow(t *testing.T) {
+	ids, pids, epochs, before, f := chaosCase()
+	f.writeErr = kerr.ClusterAuthorizationFailed
+	_, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+	var he *HangingTransactionError
+	if !errors.As(err, &he) || !strings.Contains(err.Error(), "kafka-transactions.sh --bootstrap-server BROKERS abort --topic out --partition 1 --start-offset 33727") ||
+		!strings.Contains(err.Error(), "CLUSTER_AUTHORIZATION_FAILED") {
+		t.Fatalf("got %v, want the abort command and the broker's refusal", err)
+	}
+}
+
+// No transaction on record, or one of another producer id (the id was
+// mapped anew, so its transactions are not continued): no question asked.
+func TestCloseHangingNothingToAsk(t *testing.T) {
+	for name, b := range map[string]txnBefore{
+		"empty":             {state: "Empty", pid: 33, epoch: 672},
+		"other producer id": {state: "Ongoing", pid: 34, epoch: 671, topics: kadm.TopicsSet{"out": {1: {}}}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ids, pids, epochs, before, f := chaosCase()
+			before = map[int]txnBefore{1: b}
+			closed, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+			if err != nil || len(closed) != 0 || f.described != 0 {
+				t.Fatalf("closed %v, %v, %d DescribeProducers; want nothing asked", closed, err, f.described)
+			}
+		})
+	}
+	// On record, but the marker landed: asked, nothing written.
+	ids, pids, epochs, before, f := chaosCase()
+	f.open["out"][1][0].CurrentTxnStartOffset = -1
+	closed, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+	if err != nil || len(closed) != 0 || f.described != 1 || len(f.written) != 0 {
+		t.Fatalf("closed %v, %v, %d DescribeProducers, markers %v; want one question and no marker", closed, err, f.described, f.written)
+	}
+}
+
+// rawTxnBatch is a record batch of one record with value v, written as
+// producer pid at epoch inside a transaction, as a producer's client
+// encodes one.
+func rawTxnBatch(pid int64, epoch int16, v []byte) []byte {
+	now := time.Now().UnixMilli()
+	r := kmsg.Record{Value: v}
+	r.Length = int32(len(r.AppendTo(nil)) - 1)
+	recs := r.AppendTo(nil)
+	b := kmsg.RecordBatch{Length: int32(49 + len(recs)), Magic: 2, Attributes: 0x10, FirstTimestamp: now, MaxTimestamp: now,
+		ProducerID: pid, ProducerEpoch: epoch, FirstSequence: 0, NumRecords: 1, Records: recs}
+	raw := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(raw[17:21], crc32.Checksum(raw[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return raw
+}
+
+// TestHangingTransactionOnRealBroker makes on a real broker what the chaos
+// run met: a partition holding a transaction open that its coordinator
+// ended without that partition's marker. A broker without transaction
+// verification appends a transactional batch the coordinator never heard
+// of (here, to partition 1 while the transaction wrote partition 0); its
+// commit writes partition 0's marker only. The next writer of that
+// transactional id must close it (its coordinator committed the epoch's
+// transaction) before writing, and must refuse to write when its record
+// does not tell (the batch written after the commit, at the next
+// transaction's epoch).
+func TestHangingTransactionOnRealBroker(t *testing.T) {
+	c := testcluster.KafkaWith(t, map[string]string{"transaction.partition.verification.enable": "false"})
+	plain := c.Client(t)
+	adm := kadm.NewClient(plain)
+	for _, tc := range []struct {
+		name string
+		// older: another transaction of the id commits after the one the
+		// stray batch joined, so that the coordinator's record no longer
+		// tells that one's outcome.
+		older bool
+	}{{"closed", false}, {"refused", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := ctx(t)
+			topic, prefix := testcluster.UniqueName(t, "out"), testcluster.UniqueName(t, "txn")
+			c.CreateTopics(t, 2, topic)
+			cfg := Config[string]{Brokers: c.Brokers, Topic: topic, TransactionalIDPrefix: prefix, TransactionTimeout: time.Minute,
+				Encode:     func(s string) (*kgo.Record, error) { return &kgo.Record{Value: []byte(s), Partition: 0}, nil },
+				ClientOpts: []kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner())}}
+			id := TransactionalIDs(prefix, 0, cfg.poolSize())[0]
+			td, err := adm.ListTopics(ctx, topic)
+			if err != nil {
+				t.Fatal(err)
+			}
+			topicID := td[topic].ID
+			prev, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.TransactionalID(id), kgo.DefaultProduceTopic(topic),
+				kgo.RecordPartitioner(kgo.ManualPartitioner()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer prev.Close()
+			if err := prev.BeginTransaction(); err != nil {
+				t.Fatal(err)
+			}
+			if err := prev.ProduceSync(ctx, &kgo.Record{Value: []byte("in the transaction"), Partition: 0}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+			pid, epoch, err := prev.ProducerID(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Produce below version 12 carries no transaction version 2,
+			// so the broker does not add the partition to the transaction
+			// itself; and it verifies nothing with the coordinator.
+			old, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.MaxVersions(kversion.V3_7_0()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer old.Close()
+			stray := func(epoch int16) {
+				t.Helper()
+				req := kmsg.NewPtrProduceRequest()
+				req.TransactionID, req.Acks, req.TimeoutMillis = &id, -1, 10_000
+				rt := kmsg.NewProduceRequestTopic()
+				rt.Topic, rt.TopicID = topic, topicID
+				rp := kmsg.NewProduceRequestTopicPartition()
+				rp.Partition, rp.Records = 1, rawTxnBatch(pid, epoch, []byte("stray"))
+				rt.Partitions = append(rt.Partitions, rp)
+				req.Topics = append(req.Topics, rt)
+				resp, err := req.RequestWith(ctx, old)
+				if err == nil {
+					err = kerr.ErrorForCode(resp.Topics[0].Partitions[0].ErrorCode)
+				}
+				if err != nil {
+					t.Fatalf("the stray batch was refused (a broker that verifies transactional produce?): %v", err)
+				}
+			}
+			stray(epoch)
+			if err := prev.EndTransaction(ctx, kgo.TryCommit); err != nil {
+				t.Fatal(err)
+			}
+			if tc.older {
+				if err := prev.BeginTransaction(); err != nil {
+					t.Fatal(err)
+				}
+				if err := prev.ProduceSync(ctx, &kgo.Record{Value: []byte("a later transaction"), Partition: 0}).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+				if err := prev.EndTransaction(ctx, kgo.TryCommit); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Every marker the coordinator writes is in once it has the
+			// transaction complete.
+			eventually(t, 30*time.Second, "the transactions to complete", func() bool {
+				dt, err := adm.DescribeTransactions(ctx, id)
+				return err == nil && dt[id].State == "CompleteCommit"
+			})
+			open := func() int64 {
+				t.Helper()
+				ds, err := adm.DescribeProducers(ctx, kadm.TopicsSet{topic: {1: {}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				start := int64(-1)
+				ds.EachProducer(func(d kadm.DescribedProducer) {
+					if d.ProducerID == pid {
+						start = d.CurrentTxnStartOffset
+					}
+				})
+				return start
+			}
+			if open() < 0 {
+				t.Fatalf("%s/1 holds no transaction of producer id %d open: the test made no hanging transaction", topic, pid)
+			}
+			prev.Close()
+
+			f, err := Kafka(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info := engine.TaskInfo{Job: "job", Task: 0, Operator: "out", Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
+			w, err := f.Open(ctx, info, nil)
+			if tc.older {
+				var he *HangingTransactionError
+				if !errors.As(err, &he) || !strings.Contains(err.Error(), fmt.Sprintf("%s/1 from offset", topic)) {
+					t.Fatalf("open: %v; want a HangingTransactionError naming %s/1", err, topic)
+				}
+				if open() < 0 {
+					t.Fatal("the refused transaction was closed anyway")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if s := open(); s >= 0 {
+				t.Fatalf("%s/1 still holds producer id %d's transaction open from %d after the writer opened", topic, pid, s)
+			}
+			// Closed as its coordinator decided, committed: read_committed
+			// sees the stray record, and the partition's stable offset moved
+			// past it.
+			got := consumeCommitted(t, c.Brokers, topic, 1)
+			if len(got) != 1 || got[0] != "stray" {
+				t.Fatalf("read_committed %s/1: %q, want the committed stray record", topic, got)
+			}
+		})
+	}
+}
+
+// consumeCommitted is what a read_committed reader sees of topic's
+// partition p, up to a sentinel it writes there first (outside any
+// transaction): every transaction on the partition must have ended, or
+// the sentinel never becomes visible.
+func consumeCommitted(t *testing.T, brokers []string, topic string, p int32) []string {
+	t.Helper()
+	c := ctx(t)
+	w, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	sentinel := "sentinel-" + testcluster.UniqueName(t, "")
+	if err := w.ProduceSync(c, &kgo.Record{Topic: topic, Partition: p, Value: []byte(sentinel)}).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {p: kgo.NewOffset().AtStart()}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	var out []string
+	for {
+		fs := cl.PollFetches(c)
+		if err := c.Err(); err != nil {
+			t.Fatalf("reading %s/%d read_committed, got %v so far: %v", topic, p, out, err)
+		}
+		for _, r := range fs.Records() {
+			if v := string(r.Value); v == sentinel {
+				return out
+			} else {
+				out = append(out, v)
+			}
+		}
+	}
+}
+
+// A principal that may not read the output topic's producers: the check is
+// skipped with a warning the writer logs, not a failure.
+func TestCloseHangingUnauthorizedIsUnchecked(t *testing.T) {
+	ids, pids, epochs, before, _ := chaosCase()
+	f := &deniedAdmin{}
+	_, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+	var u *uncheckedError
+	if !errors.As(err, &u) || !errors.Is(err, kerr.TopicAuthorizationFailed) {
+		t.Fatalf("got %v, want an uncheckedError of TOPIC_AUTHORIZATION_FAILED", err)
+	}
+}
+
+type deniedAdmin struct{ fakeHangingAdmin }
+
+func (*deniedAdmin) DescribeProducers(context.Context, kadm.TopicsSet) (kadm.DescribedProducersTopics, error) {
+	return nil, kerr.TopicAuthorizationFailed
+}
