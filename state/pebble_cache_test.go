@@ -161,17 +161,22 @@ func TestPebbleValueCacheRows(t *testing.T) {
 	if got := p.values["big"].bytes; got >= valueCacheBytes {
 		t.Fatalf("big's cache holds %d bytes, past its bound", got)
 	}
-	for i := range keys {
+	// wantAB checks a's and b's values of key i, as written above.
+	wantAB := func(a, b ValueTable, i int, when string) {
+		t.Helper()
 		if got, want := get(a, k(i)), fmt.Sprintf("a%d", i); got != want {
-			t.Fatalf("a's key %d is %q after big's cache emptied, want %q", i, got, want)
+			t.Fatalf("a's key %d is %q %s, want %q", i, got, when, want)
 		}
 		want := "(none)"
 		if i%2 == 0 {
 			want = fmt.Sprintf("b%d", i)
 		}
 		if got := get(b, k(i)); got != want {
-			t.Fatalf("b's key %d is %q after big's cache emptied, want %q", i, got, want)
+			t.Fatalf("b's key %d is %q %s, want %q", i, got, when, want)
 		}
+	}
+	for i := range keys {
+		wantAB(a, b, i, "after big's cache emptied")
 	}
 	if d := p.values["a"].dirty; d != keys {
 		t.Errorf("a has %d dirty entries after big went to Pebble, want %d: another table's spill wrote it out", d, keys)
@@ -196,16 +201,7 @@ func TestPebbleValueCacheRows(t *testing.T) {
 	}
 	qa, qb, qbig := mustValue(t, q, "a"), mustValue(t, q, "b"), mustValue(t, q, "big")
 	for _, i := range []int{0, 1, keys - 1} {
-		if got, want := get(qa, k(i)), fmt.Sprintf("a%d", i); got != want {
-			t.Errorf("restored a's key %d is %q, want %q", i, got, want)
-		}
-		want := "(none)"
-		if i%2 == 0 {
-			want = fmt.Sprintf("b%d", i)
-		}
-		if got := get(qb, k(i)); got != want {
-			t.Errorf("restored b's key %d is %q, want %q", i, got, want)
-		}
+		wantAB(qa, qb, i, "restored")
 	}
 	for _, i := range []int{0, n / 2, n - 1} {
 		clear(val)
