@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -78,11 +79,17 @@ func (h hangingTxn) String() string {
 // relevant reports whether the coordinator's record tells of a
 // transaction that may have missed a partition's marker: one open (its
 // partitions named), or one that ended (its partitions no longer named).
+//
+// Empty, the state an initialisation leaves, is one too: a transaction
+// that missed its marker before an earlier start of the task, whose check
+// then did not finish (the process died while a partition had no
+// leader), is still open. What became of it is no longer on record; it
+// is found, and left undecided.
 func (b txnBefore) relevant() bool {
 	switch b.state {
 	case "Ongoing", "PrepareCommit", "PrepareAbort":
 		return len(b.topics) > 0
-	case "CompleteCommit", "CompleteAbort":
+	case "CompleteCommit", "CompleteAbort", "Empty":
 		return true
 	}
 	return false
@@ -173,7 +180,7 @@ func (e *HangingTransactionError) Error() string {
 // coordinator names for one still open before the initialisation, all of
 // topic's for one that had ended (the coordinator no longer names them).
 // It returns what it closed.
-func closeHanging(ctx context.Context, adm hangingAdmin, topic string, ids []string, pids []int64, epochs []int16, before map[int]txnBefore) ([]hangingTxn, error) {
+func closeHanging(ctx context.Context, log *slog.Logger, adm hangingAdmin, topic string, ids []string, pids []int64, epochs []int16, before map[int]txnBefore) ([]hangingTxn, error) {
 	parts, relevant, everyPartition := kadm.TopicsSet{}, map[int]txnBefore{}, false
 	for slot, b := range before {
 		if !b.relevant() || b.pid != pids[slot] {
@@ -191,12 +198,19 @@ func closeHanging(ctx context.Context, adm hangingAdmin, topic string, ids []str
 	}
 	before = relevant
 	described := func() ([]kadm.DescribedProducer, error) {
-		ctx, cancel := context.WithTimeout(ctx, describeProducersTimeout)
-		defer cancel()
+		start, warned := time.Now(), false
 		for bo := newBackoff(); ; {
 			all, err := describeProducers(ctx, adm, parts)
 			if err == nil || !retriableDescribe(err) {
 				return all, err
+			}
+			// A partition without a leader: wait for it, however long,
+			// rather than fail. A failed check leaves no record of what
+			// it was checking; the next start would find the
+			// transaction and be unable to tell its outcome.
+			if !warned && time.Since(start) > describeWarnAfter {
+				log.Warn("waiting for the output's partitions to answer before writing (checking for transactions left open by a skipped marker)", "err", err)
+				warned = true
 			}
 			if werr := bo.wait(ctx); werr != nil {
 				return nil, fmt.Errorf("%w (last error: %v)", werr, err)
@@ -318,9 +332,9 @@ func (e *uncheckedError) Error() string {
 
 func (e *uncheckedError) Unwrap() error { return e.err }
 
-// describeProducersTimeout bounds closeHanging's wait for the partitions
-// to answer (a partition without a leader does not).
-const describeProducersTimeout = time.Minute
+// describeWarnAfter is how long closeHanging waits for the partitions to
+// answer (a partition without a leader does not) before it says so.
+const describeWarnAfter = 10 * time.Second
 
 // describeProducers returns the producers the partitions of parts know.
 func describeProducers(ctx context.Context, adm hangingAdmin, parts kadm.TopicsSet) ([]kadm.DescribedProducer, error) {

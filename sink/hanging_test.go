@@ -99,7 +99,7 @@ func chaosCase() (ids []string, pids []int64, epochs []int16, before map[int]txn
 
 func TestCloseHangingAbortsWhatTheInitAborted(t *testing.T) {
 	ids, pids, epochs, before, f := chaosCase()
-	closed, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestCloseHangingDecided(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ids, pids, epochs, before, f := chaosCase()
 			before[1] = tc.before
-			closed, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,11 +164,13 @@ func TestCloseHangingUndecidedFails(t *testing.T) {
 		// transaction of the producer shares it.
 		"same epoch": {state: "CompleteCommit", pid: 33, epoch: 671},
 		"two ago":    {state: "CompleteAbort", pid: 33, epoch: 673},
+		// Initialised since, by a start whose check did not finish.
+		"initialised since": {state: "Empty", pid: 33, epoch: 673},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ids, pids, epochs, before, f := chaosCase()
 			before[1] = b
-			_, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+			_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
 			var he *HangingTransactionError
 			if !errors.As(err, &he) || !strings.Contains(err.Error(), "out/1 from offset 33727") || len(f.written) != 0 {
 				t.Fatalf("got %v, markers %+v; want a HangingTransactionError naming out/1 from 33727 and no marker", err, f.written)
@@ -180,7 +182,7 @@ func TestCloseHangingUndecidedFails(t *testing.T) {
 func TestCloseHangingWriteRefusedSaysHow(t *testing.T) {
 	ids, pids, epochs, before, f := chaosCase()
 	f.writeErr = kerr.ClusterAuthorizationFailed
-	_, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+	_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
 	var he *HangingTransactionError
 	if !errors.As(err, &he) || !strings.Contains(err.Error(), "kafka-transactions.sh --bootstrap-server BROKERS abort --topic out --partition 1 --start-offset 33727") ||
 		!strings.Contains(err.Error(), "CLUSTER_AUTHORIZATION_FAILED") {
@@ -192,13 +194,13 @@ func TestCloseHangingWriteRefusedSaysHow(t *testing.T) {
 // mapped anew, so its transactions are not continued): no question asked.
 func TestCloseHangingNothingToAsk(t *testing.T) {
 	for name, b := range map[string]txnBefore{
-		"empty":             {state: "Empty", pid: 33, epoch: 672},
+		"expired":           {state: "Dead", pid: 33, epoch: 672},
 		"other producer id": {state: "Ongoing", pid: 34, epoch: 671, topics: kadm.TopicsSet{"out": {1: {}}}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ids, pids, epochs, before, f := chaosCase()
 			before = map[int]txnBefore{1: b}
-			closed, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
 			if err != nil || len(closed) != 0 || f.described != 0 {
 				t.Fatalf("closed %v, %v, %d DescribeProducers; want nothing asked", closed, err, f.described)
 			}
@@ -207,7 +209,7 @@ func TestCloseHangingNothingToAsk(t *testing.T) {
 	// On record, but the marker landed: asked, nothing written.
 	ids, pids, epochs, before, f := chaosCase()
 	f.open["out"][1][0].CurrentTxnStartOffset = -1
-	closed, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
 	if err != nil || len(closed) != 0 || f.described != 1 || len(f.written) != 0 {
 		t.Fatalf("closed %v, %v, %d DescribeProducers, markers %v; want one question and no marker", closed, err, f.described, f.written)
 	}
@@ -421,7 +423,7 @@ func consumeCommitted(t *testing.T, brokers []string, topic string, p int32) []s
 func TestCloseHangingUnauthorizedIsUnchecked(t *testing.T) {
 	ids, pids, epochs, before, _ := chaosCase()
 	f := &deniedAdmin{}
-	_, err := closeHanging(context.Background(), f, "out", ids, pids, epochs, before)
+	_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
 	var u *uncheckedError
 	if !errors.As(err, &u) || !errors.Is(err, kerr.TopicAuthorizationFailed) {
 		t.Fatalf("got %v, want an uncheckedError of TOPIC_AUTHORIZATION_FAILED", err)

@@ -248,46 +248,14 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, lo
 	//
 	// What the coordinator has of each first: a transaction it aborts
 	// there may miss a partition's marker (see hanging.go).
-	adm, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(cfg.Brokers...)}, cfg.ClientOpts...)...)
-	if err != nil {
-		return nil, fmt.Errorf("kafka sink %s, task %d: kafka client: %w", info.Operator, info.Task, err)
-	}
-	defer adm.Close()
-	fresh := map[int]string{}
-	for i, id := range w.ids {
+	var fresh []int
+	for i := range w.ids {
 		if w.pool.slots[i].state != slotRestored {
-			fresh[i] = id
+			fresh = append(fresh, i)
 		}
 	}
-	before, err := describeBefore(ctx, kadm.NewClient(adm), fresh)
-	if err != nil {
+	if err := w.initChecked(ctx, fresh); err != nil {
 		return nil, fmt.Errorf("kafka sink %s, task %d: %w", info.Operator, info.Task, err)
-	}
-	var g errgroup.Group
-	for i := range fresh {
-		g.Go(func() error { return w.initSlot(ctx, i) })
-	}
-	if err := g.Wait(); err != nil {
-		return nil, fmt.Errorf("kafka sink %s, task %d: %w", info.Operator, info.Task, err)
-	}
-	closed, err := closeHanging(ctx, kadm.NewClient(adm), cfg.Topic, w.ids, w.pids, w.epochs, before)
-	var unchecked *uncheckedError
-	switch {
-	case errors.As(err, &unchecked):
-		w.log.Warn(unchecked.Error()+"; grant the worker's principal READ on the output topic (docs/operating.md, \"Transactions left open\")",
-			"topic", cfg.Topic)
-	case err != nil:
-		return nil, fmt.Errorf("kafka sink %s, task %d: %w", info.Operator, info.Task, err)
-	}
-	for _, h := range closed {
-		outcome := "aborted"
-		if h.commit {
-			outcome = "committed"
-		}
-		w.log.Warn("closed a transaction its coordinator had "+outcome+" without writing this partition's marker (the partition had no leader then); "+
-			"the marker is written now, before the transactional id writes again",
-			"partition", fmt.Sprintf("%s/%d", h.topic, h.partition), "start_offset", h.start, "transactional_id", h.txnID,
-			"producer_id", h.pid, "epoch", h.epoch, "outcome", outcome)
 	}
 	w.lookupQuota(ctx)
 	w.openNext()
@@ -316,6 +284,55 @@ func (w *txnWriter[T]) recover(ctx context.Context, restored []checkpoint.Commit
 		if i, ok := slotOf[c.TransactionalID]; ok {
 			w.pool.restored(i, c)
 		}
+	}
+	return nil
+}
+
+// initChecked initialises slots, and then closes what their transactions
+// left open by a marker their coordinator skipped (see hanging.go), from
+// what the coordinator had of each before.
+func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int) error {
+	if len(slots) == 0 {
+		return nil
+	}
+	adm, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(w.cfg.Brokers...)}, w.cfg.ClientOpts...)...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer adm.Close()
+	ids := make(map[int]string, len(slots))
+	for _, i := range slots {
+		ids[i] = w.ids[i]
+	}
+	before, err := describeBefore(ctx, kadm.NewClient(adm), ids)
+	if err != nil {
+		return err
+	}
+	var g errgroup.Group
+	for _, i := range slots {
+		g.Go(func() error { return w.initSlot(ctx, i) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	closed, err := closeHanging(ctx, w.log, kadm.NewClient(adm), w.cfg.Topic, w.ids, w.pids, w.epochs, before)
+	var unchecked *uncheckedError
+	switch {
+	case errors.As(err, &unchecked):
+		w.log.Warn(unchecked.Error()+"; grant the worker's principal READ on the output topic (docs/operating.md, \"Transactions left open by a skipped marker\")",
+			"topic", w.cfg.Topic)
+	case err != nil:
+		return err
+	}
+	for _, h := range closed {
+		outcome := "aborted"
+		if h.commit {
+			outcome = "committed"
+		}
+		w.log.Warn("closed a transaction its coordinator had "+outcome+" without writing this partition's marker (the partition had no leader then); "+
+			"the marker is written now, before the transactional id writes again",
+			"partition", fmt.Sprintf("%s/%d", h.topic, h.partition), "start_offset", h.start, "transactional_id", h.txnID,
+			"producer_id", h.pid, "epoch", h.epoch, "outcome", outcome)
 	}
 	return nil
 }
@@ -554,11 +571,17 @@ func (w *txnWriter[T]) Commit(ctx context.Context, id checkpoint.ID) error {
 		}
 		w.pool.committed(i)
 	}
-	for _, i := range w.pool.complete(id) {
-		if err := w.initSlot(ctx, i); err != nil {
+	// The restored slots, initialised now that a checkpoint of this
+	// owner's records their commit (see pool.complete), are checked as
+	// the others were at open: the commit the restore found may have
+	// missed a partition's marker.
+	if re := w.pool.complete(id); len(re) > 0 {
+		if err := w.initChecked(ctx, re); err != nil {
 			return err
 		}
-		w.pool.reinitialised(i)
+		for _, i := range re {
+			w.pool.reinitialised(i)
+		}
 	}
 	w.openNext()
 	return w.failed.get()
