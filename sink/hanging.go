@@ -42,6 +42,14 @@ import (
 // kafka-transactions.sh abort writes one (WriteTxnMarkers, KIP-664), before
 // the slot writes again. One whose outcome it cannot tell fails the writer,
 // naming the partition and offset.
+//
+// Left open: a zombie owner that commits between the record's reading and
+// the initialisation (its manifest written after this owner listed the
+// checkpoints) while the partition has no leader would have its commit
+// taken for the aborted transaction. The next checkpoint's conditional
+// manifest write stops this owner then, but the marker is written. Telling
+// the two apart needs the checkpoint listing here (a manifest newer than
+// the restored one means a commit).
 
 // txnBefore is the coordinator's record of a slot's transactional id
 // before the writer initialised it.
