@@ -43,13 +43,15 @@ import (
 // the slot writes again. One whose outcome it cannot tell fails the writer,
 // naming the partition and offset.
 //
-// Left open: a zombie owner that commits between the record's reading and
-// the initialisation (its manifest written after this owner listed the
-// checkpoints) while the partition has no leader would have its commit
-// taken for the aborted transaction. The next checkpoint's conditional
-// manifest write stops this owner then, but the marker is written. Telling
-// the two apart needs the checkpoint listing here (a manifest newer than
-// the restored one means a commit).
+// An older owner still running may commit its transaction between the
+// record's reading and the initialisation: then the record says Ongoing
+// and the transaction committed. It writes its checkpoint before it
+// commits, after this owner listed them; so before taking an Ongoing
+// transaction for aborted, closeHanging asks whether a checkpoint
+// completed since (engine.TaskInfo.NewerCheckpoint) and, if one did,
+// fails instead: the restart restores that checkpoint, whose restore
+// commits the transaction, and the check at the slot's re-initialisation
+// writes its commit marker.
 
 // txnBefore is the coordinator's record of a slot's transactional id
 // before the writer initialised it.
@@ -188,7 +190,7 @@ func (e *HangingTransactionError) Error() string {
 // coordinator names for one still open before the initialisation, all of
 // topic's for one that had ended (the coordinator no longer names them).
 // It returns what it closed.
-func closeHanging(ctx context.Context, log *slog.Logger, adm hangingAdmin, topic string, ids []string, pids []int64, epochs []int16, before map[int]txnBefore) ([]hangingTxn, error) {
+func closeHanging(ctx context.Context, log *slog.Logger, adm hangingAdmin, newer func(context.Context) (bool, error), topic string, ids []string, pids []int64, epochs []int16, before map[int]txnBefore) ([]hangingTxn, error) {
 	parts, relevant, everyPartition := kadm.TopicsSet{}, map[int]txnBefore{}, false
 	for slot, b := range before {
 		if !b.relevant() || b.pid != pids[slot] {
@@ -245,6 +247,19 @@ func closeHanging(ctx context.Context, log *slog.Logger, adm hangingAdmin, topic
 	}
 	if len(undecided) > 0 {
 		return nil, &HangingTransactionError{Hanging: undecided, Reason: "which of them committed cannot be told, so none is closed"}
+	}
+	// The transaction Ongoing before the initialisation was aborted by it,
+	// unless an older owner still running committed it first: then it
+	// wrote a checkpoint after this owner listed them, before the commit
+	// (see the top of this file).
+	if newer != nil && slices.ContainsFunc(hs, func(h hangingTxn) bool { return h.before.state == "Ongoing" }) {
+		switch n, err := newer(ctx); {
+		case err != nil:
+			return nil, fmt.Errorf("before closing %v: %w", hs, err)
+		case n:
+			return nil, fmt.Errorf("%w: a checkpoint completed after this owner listed them, so an older owner may have committed %v; "+
+				"the task restarts and restores it", ErrNewerCheckpoint, hs)
+		}
 	}
 	var markers []kadm.TxnMarkers
 	for _, h := range hs {
@@ -329,6 +344,10 @@ func describeBefore(ctx context.Context, adm *kadm.Client, ids map[int]string) (
 		}
 	}
 }
+
+// ErrNewerCheckpoint says a checkpoint completed after the task listed
+// them: the task must restart and restore it.
+var ErrNewerCheckpoint = errors.New("a newer checkpoint completed")
 
 // uncheckedError says closeHanging could not look (the principal may not
 // read the output topic's producers): the writer goes on, with a warning.

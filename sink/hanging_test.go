@@ -99,7 +99,7 @@ func chaosCase() (ids []string, pids []int64, epochs []int16, before map[int]txn
 
 func TestCloseHangingAbortsWhatTheInitAborted(t *testing.T) {
 	ids, pids, epochs, before, f := chaosCase()
-	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
+	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, "out", ids, pids, epochs, before)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestCloseHangingDecided(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ids, pids, epochs, before, f := chaosCase()
 			before[1] = tc.before
-			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
+			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, "out", ids, pids, epochs, before)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -170,7 +170,7 @@ func TestCloseHangingUndecidedFails(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ids, pids, epochs, before, f := chaosCase()
 			before[1] = b
-			_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
+			_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, "out", ids, pids, epochs, before)
 			var he *HangingTransactionError
 			if !errors.As(err, &he) || !strings.Contains(err.Error(), "out/1 from offset 33727") || len(f.written) != 0 {
 				t.Fatalf("got %v, markers %+v; want a HangingTransactionError naming out/1 from 33727 and no marker", err, f.written)
@@ -182,7 +182,7 @@ func TestCloseHangingUndecidedFails(t *testing.T) {
 func TestCloseHangingWriteRefusedSaysHow(t *testing.T) {
 	ids, pids, epochs, before, f := chaosCase()
 	f.writeErr = kerr.ClusterAuthorizationFailed
-	_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
+	_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, "out", ids, pids, epochs, before)
 	var he *HangingTransactionError
 	if !errors.As(err, &he) || !strings.Contains(err.Error(), "kafka-transactions.sh --bootstrap-server BROKERS abort --topic out --partition 1 --start-offset 33727") ||
 		!strings.Contains(err.Error(), "CLUSTER_AUTHORIZATION_FAILED") {
@@ -200,7 +200,7 @@ func TestCloseHangingNothingToAsk(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ids, pids, epochs, before, f := chaosCase()
 			before = map[int]txnBefore{1: b}
-			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
+			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, "out", ids, pids, epochs, before)
 			if err != nil || len(closed) != 0 || f.described != 0 {
 				t.Fatalf("closed %v, %v, %d DescribeProducers; want nothing asked", closed, err, f.described)
 			}
@@ -209,7 +209,7 @@ func TestCloseHangingNothingToAsk(t *testing.T) {
 	// On record, but the marker landed: asked, nothing written.
 	ids, pids, epochs, before, f := chaosCase()
 	f.open["out"][1][0].CurrentTxnStartOffset = -1
-	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
+	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, "out", ids, pids, epochs, before)
 	if err != nil || len(closed) != 0 || f.described != 1 || len(f.written) != 0 {
 		t.Fatalf("closed %v, %v, %d DescribeProducers, markers %v; want one question and no marker", closed, err, f.described, f.written)
 	}
@@ -423,7 +423,7 @@ func consumeCommitted(t *testing.T, brokers []string, topic string, p int32) []s
 func TestCloseHangingUnauthorizedIsUnchecked(t *testing.T) {
 	ids, pids, epochs, before, _ := chaosCase()
 	f := &deniedAdmin{}
-	_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, "out", ids, pids, epochs, before)
+	_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, "out", ids, pids, epochs, before)
 	var u *uncheckedError
 	if !errors.As(err, &u) || !errors.Is(err, kerr.TopicAuthorizationFailed) {
 		t.Fatalf("got %v, want an uncheckedError of TOPIC_AUTHORIZATION_FAILED", err)
@@ -434,4 +434,39 @@ type deniedAdmin struct{ fakeHangingAdmin }
 
 func (*deniedAdmin) DescribeProducers(context.Context, kadm.TopicsSet) (kadm.DescribedProducersTopics, error) {
 	return nil, kerr.TopicAuthorizationFailed
+}
+
+// An Ongoing transaction is taken for aborted only if no checkpoint
+// completed since the owner listed them: one did, and an older owner may
+// have committed it after writing it. Nothing is written then, and the
+// error says to restore it; a failed listing fails too.
+func TestCloseHangingOngoingAfterNewerCheckpoint(t *testing.T) {
+	for name, tc := range map[string]struct {
+		newer bool
+		err   error
+		want  string
+	}{
+		"newer":          {newer: true, want: "a newer checkpoint completed"},
+		"listing failed": {err: errors.New("storage down"), want: "storage down"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ids, pids, epochs, before, f := chaosCase()
+			asked := 0
+			newer := func(context.Context) (bool, error) { asked++; return tc.newer, tc.err }
+			_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, newer, "out", ids, pids, epochs, before)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || len(f.written) != 0 || asked != 1 {
+				t.Fatalf("got %v, markers %+v, asked %d; want %q and no marker", err, f.written, asked, tc.want)
+			}
+			if tc.newer && !errors.Is(err, ErrNewerCheckpoint) {
+				t.Errorf("%v is not ErrNewerCheckpoint", err)
+			}
+		})
+	}
+	// None newer: closed as before.
+	ids, pids, epochs, before, f := chaosCase()
+	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, func(context.Context) (bool, error) { return false, nil },
+		"out", ids, pids, epochs, before)
+	if err != nil || len(closed) != 1 || len(f.written) != 1 {
+		t.Fatalf("closed %v, %v, markers %+v; want one closed", closed, err, f.written)
+	}
 }

@@ -254,7 +254,7 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, lo
 			fresh = append(fresh, i)
 		}
 	}
-	if err := w.initChecked(ctx, fresh); err != nil {
+	if err := w.initChecked(ctx, fresh, info.NewerCheckpoint); err != nil {
 		return nil, fmt.Errorf("kafka sink %s, task %d: %w", info.Operator, info.Task, err)
 	}
 	w.lookupQuota(ctx)
@@ -291,7 +291,7 @@ func (w *txnWriter[T]) recover(ctx context.Context, restored []checkpoint.Commit
 // initChecked initialises slots, and then closes what their transactions
 // left open by a marker their coordinator skipped (see hanging.go), from
 // what the coordinator had of each before.
-func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int) error {
+func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int, newer func(context.Context) (bool, error)) error {
 	if len(slots) == 0 {
 		return nil
 	}
@@ -315,7 +315,7 @@ func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int) error {
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	closed, err := closeHanging(ctx, w.log, kadm.NewClient(adm), w.cfg.Topic, w.ids, w.pids, w.epochs, before)
+	closed, err := closeHanging(ctx, w.log, kadm.NewClient(adm), newer, w.cfg.Topic, w.ids, w.pids, w.epochs, before)
 	var unchecked *uncheckedError
 	switch {
 	case errors.As(err, &unchecked):
@@ -576,7 +576,8 @@ func (w *txnWriter[T]) Commit(ctx context.Context, id checkpoint.ID) error {
 	// the others were at open: the commit the restore found may have
 	// missed a partition's marker.
 	if re := w.pool.complete(id); len(re) > 0 {
-		if err := w.initChecked(ctx, re); err != nil {
+		// This owner's checkpoint completed: no older owner's can follow.
+		if err := w.initChecked(ctx, re, nil); err != nil {
 			return err
 		}
 		for _, i := range re {

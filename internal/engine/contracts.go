@@ -63,6 +63,11 @@ type TaskInfo struct {
 	Task     int
 	Operator string
 	Logger   *slog.Logger
+	// NewerCheckpoint reports whether a checkpoint completed after the
+	// task listed them to restore: an older owner, still running, wrote
+	// it, and may have committed its transactions since. nil: not known
+	// (tests).
+	NewerCheckpoint func(context.Context) (bool, error)
 }
 
 // SourceReader reads the splits of one source for one task. It is used from

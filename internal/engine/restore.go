@@ -121,6 +121,9 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 		case step.restore != nil:
 			t.use(*step.restore, recorded)
 		}
+		if n := len(listing.Completed); n > 0 {
+			t.listedCompleted = listing.Completed[n-1]
+		}
 		return listing.Highest, nil
 	}
 }

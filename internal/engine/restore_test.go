@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -276,4 +277,43 @@ func answer(cs []checkpoint.Committable, f func(checkpoint.Committable) CommitOu
 		out[i] = f(c)
 	}
 	return out
+}
+
+// TestNewerCheckpoint: a task's sinks learn whether a checkpoint completed
+// after its restore listed them (an older owner, still running, wrote
+// it), one the restore saw begun but not complete included.
+func TestNewerCheckpoint(t *testing.T) {
+	ctx := t.Context()
+	st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
+	manifest := func(id checkpoint.ID) {
+		t.Helper()
+		b, err := checkpoint.EncodeManifest(checkpoint.Manifest{Version: checkpoint.FormatVersion, Job: "j", Task: 0, Checkpoint: id, Epoch: 5,
+			Operators: []checkpoint.Ack{{Operator: "out"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.PutIfAbsent(ctx, checkpoint.ManifestName("j", 0, id), b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	manifest(1)
+	manifest(2)
+	// Checkpoint 3 was begun and not completed when the task listed them.
+	if err := st.PutIfAbsent(ctx, checkpoint.OwnerDir("j", 0, 3, 5, "a")+"x", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := &Config{Epoch: 10, Logger: slog.New(slog.DiscardHandler)}
+	plan := &Plan{g: &Graph{name: "j", committers: map[string]Committer{"out": &scriptedCommitter{}}}}
+	tk := &task{job: "j", storage: st, cfg: cfg, plan: plan, epoch: cfg.Epoch, log: cfg.Logger, unusable: map[checkpoint.ID]error{}}
+	if _, err := tk.restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	newer := tk.info("out").NewerCheckpoint
+	if n, err := newer(ctx); err != nil || n {
+		t.Fatalf("newer checkpoint right after the restore: %v, %v", n, err)
+	}
+	manifest(3) // the older owner completes the checkpoint it had begun
+	if n, err := newer(ctx); err != nil || !n {
+		t.Fatalf("after checkpoint 3 completed: %v, %v; want newer", n, err)
+	}
 }

@@ -51,9 +51,11 @@ type task struct {
 	roots     []*root
 	endpoints [][]any // per node, per input: its endpoint[T]
 	restored  map[string]*checkpoint.Ack
-	// restoredFrom is the checkpoint the task restored from, 0 if none.
-	restoredFrom checkpoint.ID
-	closers      []func() error
+	// restoredFrom is the checkpoint the task restored from, 0 if none;
+	// listedCompleted the newest completed checkpoint its restore saw.
+	restoredFrom    checkpoint.ID
+	listedCompleted checkpoint.ID
+	closers         []func() error
 	// openers run after every node is built and its state restored.
 	openers []func() error
 	// committers are the task's sinks, which know what they committed.
@@ -160,7 +162,17 @@ func (t *task) base(n *node) opBase {
 }
 
 func (t *task) info(operator string) TaskInfo {
-	return TaskInfo{Job: t.job, Task: t.id, Operator: operator, Logger: t.log.With("operator", operator)}
+	return TaskInfo{Job: t.job, Task: t.id, Operator: operator, Logger: t.log.With("operator", operator), NewerCheckpoint: t.newerCheckpoint}
+}
+
+// newerCheckpoint reports whether a checkpoint completed after restore
+// listed them (see TaskInfo.NewerCheckpoint).
+func (t *task) newerCheckpoint(ctx context.Context) (bool, error) {
+	completed, _, err := checkpoint.ListCheckpoints(ctx, t.storage, t.job, t.id)
+	if err != nil {
+		return false, fmt.Errorf("list checkpoints: %w", err)
+	}
+	return len(completed) > 0 && completed[len(completed)-1] > t.listedCompleted, nil
 }
 
 // setEndpoints registers a single-input operator as its own input endpoint.
