@@ -45,6 +45,8 @@ var (
 		// marker left open.
 		"partition":    "kafka-transactions.sh abort --partition",
 		"start-offset": "kafka-transactions.sh abort --start-offset",
+		// DumpLogSegments', reading __transaction_state.
+		"transaction-log-decoder": "DumpLogSegments --transaction-log-decoder",
 	}
 	otherEnv = map[string]string{
 		"WEIR_KAFKA_DIR":               "scripts/kafka",
