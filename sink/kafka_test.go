@@ -155,31 +155,7 @@ func (e *env) stable() int64 {
 // must have ended, or the sentinel never becomes visible.
 func (e *env) committed() []string {
 	e.t.Helper()
-	sentinel := "sentinel-" + testcluster.UniqueName(e.t, "")
-	if err := e.plain.ProduceSync(ctx(e.t), &kgo.Record{Topic: e.topic, Value: []byte(sentinel)}).FirstErr(); err != nil {
-		e.t.Fatal(err)
-	}
-	cl := e.cluster.Client(e.t,
-		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{e.topic: {0: kgo.NewOffset().AtStart()}}),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
-	)
-	var out []string
-	c := ctx(e.t)
-	for {
-		fs := cl.PollFetches(c)
-		if err := c.Err(); err != nil {
-			e.t.Fatalf("reading committed records, got %v so far: %v", out, err)
-		}
-		for _, r := range fs.Records() {
-			if v := string(r.Value); strings.HasPrefix(v, "sentinel-") {
-				if v == sentinel {
-					return out
-				}
-			} else {
-				out = append(out, v)
-			}
-		}
-	}
+	return consumeCommitted(e.t, e.cluster, e.topic, 0)
 }
 
 func (e *env) wantCommitted(want ...string) {
