@@ -207,26 +207,7 @@ func closeHanging(ctx context.Context, log *slog.Logger, adm hangingAdmin, newer
 		parts[topic] = map[int32]struct{}{} // none named: kadm asks for all
 	}
 	before = relevant
-	described := func() ([]kadm.DescribedProducer, error) {
-		start, warned := time.Now(), false
-		for bo := newBackoff(); ; {
-			all, err := describeProducers(ctx, adm, parts)
-			if err == nil || !retriableDescribe(err) {
-				return all, err
-			}
-			// A partition without a leader: wait for it, however long,
-			// rather than fail. A failed check leaves no record of what
-			// it was checking; the next start would find the
-			// transaction and be unable to tell its outcome.
-			if !warned && time.Since(start) > describeWarnAfter {
-				log.Warn("waiting for the output's partitions to answer before writing (checking for transactions left open by a skipped marker)", "err", err)
-				warned = true
-			}
-			if werr := bo.wait(ctx); werr != nil {
-				return nil, fmt.Errorf("%w (last error: %v)", werr, err)
-			}
-		}
-	}
+	described := func() ([]kadm.DescribedProducer, error) { return describeWaiting(ctx, log, adm, parts) }
 	ps, err := described()
 	if err != nil {
 		if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
@@ -383,6 +364,28 @@ func describeProducers(ctx context.Context, adm hangingAdmin, parts kadm.TopicsS
 		return nil, fmt.Errorf("describe producers: %w", errors.Join(perr...))
 	}
 	return all, nil
+}
+
+// describeWaiting is describeProducers asked until the partitions answer.
+// A partition without a leader does not: it waits for it, however long
+// (bounded by ctx), rather than fail. A failed check leaves no record of
+// what it was checking; the next start would find the transaction and be
+// unable to tell its outcome.
+func describeWaiting(ctx context.Context, log *slog.Logger, adm hangingAdmin, parts kadm.TopicsSet) ([]kadm.DescribedProducer, error) {
+	start, warned := time.Now(), false
+	for bo := newBackoff(); ; {
+		all, err := describeProducers(ctx, adm, parts)
+		if err == nil || !retriableDescribe(err) {
+			return all, err
+		}
+		if !warned && time.Since(start) > describeWarnAfter {
+			log.Warn("waiting for the output's partitions to answer before writing (checking for transactions left open by a skipped marker)", "err", err)
+			warned = true
+		}
+		if werr := bo.wait(ctx); werr != nil {
+			return nil, fmt.Errorf("%w (last error: %v)", werr, err)
+		}
+	}
 }
 
 // retriableDescribe tells a DescribeProducers failure worth asking again:

@@ -250,7 +250,10 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 		// stray batch joined, so that the coordinator's record no longer
 		// tells that one's outcome.
 		older bool
-	}{{"closed", false}, {"refused", true}} {
+		// merged: the id's next transaction writes the partition and is
+		// left open, continuing the hanging one (see merged.go).
+		merged bool
+	}{{"closed", false, false}, {"refused", true, false}, {"merged", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctx(t)
 			topic, prefix := testcluster.UniqueName(t, "out"), testcluster.UniqueName(t, "txn")
@@ -279,6 +282,16 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 			pid, epoch, err := prev.ProducerID(ctx)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// What Close asks before it aborts an open transaction.
+			abortable := func() bool {
+				t.Helper()
+				w := &txnWriter[string]{cfg: cfg, log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
+					ids: []string{id}, clients: []*kgo.Client{prev}, cur: 0, topics: []string{topic}}
+				return w.abortable(ctx)
+			}
+			if !abortable() {
+				t.Fatal("Close would not abort a transaction that continues no other")
 			}
 			// Produce below version 12 carries no transaction version 2,
 			// so the broker does not add the partition to the transaction
@@ -344,6 +357,17 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 			if open() < 0 {
 				t.Fatalf("%s/1 holds no transaction of producer id %d open: the test made no hanging transaction", topic, pid)
 			}
+			if tc.merged {
+				if err := prev.BeginTransaction(); err != nil {
+					t.Fatal(err)
+				}
+				if err := prev.ProduceSync(ctx, &kgo.Record{Value: []byte("the next transaction"), Partition: 1}).FirstErr(); err != nil {
+					t.Fatal(err)
+				}
+				if abortable() {
+					t.Fatal("Close would abort the open transaction, and the committed stray record with it")
+				}
+			}
 			prev.Close()
 
 			f, err := Kafka(cfg)
@@ -352,6 +376,20 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 			}
 			info := engine.TaskInfo{Job: "job", Task: 0, Operator: "out", Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil))}
 			w, err := f.Open(ctx, info, nil)
+			if tc.merged {
+				var me *MergedTransactionError
+				if !errors.As(err, &me) || !strings.Contains(err.Error(), fmt.Sprintf("%s/1 from offset", topic)) {
+					t.Fatalf("open: %v; want a MergedTransactionError naming %s/1", err, topic)
+				}
+				if open() < 0 {
+					t.Fatal("the merged transaction was ended anyway")
+				}
+				dt, err := adm.DescribeTransactions(ctx, id)
+				if err != nil || dt[id].State != "Ongoing" {
+					t.Fatalf("the coordinator has %s %+v (%v), want it Ongoing: the open transaction was aborted", id, dt[id], err)
+				}
+				return
+			}
 			if tc.older {
 				var he *HangingTransactionError
 				if !errors.As(err, &he) || !strings.Contains(err.Error(), fmt.Sprintf("%s/1 from offset", topic)) {

@@ -308,6 +308,25 @@ func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int, newer func(
 	if err != nil {
 		return err
 	}
+	// The initialisation aborts what the coordinator has Ongoing: not if
+	// that continues an older transaction (see merged.go).
+	var ongoing []openTxnAt
+	for i, b := range before {
+		if b.state == "Ongoing" && len(b.topics) > 0 {
+			ongoing = append(ongoing, openTxnAt{txnID: w.ids[i], pid: b.pid, epoch: b.epoch, parts: b.topics})
+		}
+	}
+	merged, err := findMerged(ctx, w.log, kadm.NewClient(adm), w.firstEpochs(), ongoing)
+	var unchecked *uncheckedError
+	switch {
+	case errors.As(err, &unchecked):
+		w.log.Warn(unchecked.Error()+"; grant the worker's principal READ on the output topic (docs/operating.md, \"Transactions left open by a skipped marker\")",
+			"topic", w.cfg.Topic)
+	case err != nil:
+		return err
+	case len(merged) > 0:
+		return mergedError(merged)
+	}
 	var g errgroup.Group
 	for _, i := range slots {
 		g.Go(func() error { return w.initSlot(ctx, i) })
@@ -316,7 +335,6 @@ func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int, newer func(
 		return err
 	}
 	closed, err := closeHanging(ctx, w.log, kadm.NewClient(adm), newer, w.cfg.Topic, w.ids, w.pids, w.epochs, before)
-	var unchecked *uncheckedError
 	switch {
 	case errors.As(err, &unchecked):
 		w.log.Warn(unchecked.Error()+"; grant the worker's principal READ on the output topic (docs/operating.md, \"Transactions left open by a skipped marker\")",
@@ -329,7 +347,7 @@ func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int, newer func(
 		if h.commit {
 			outcome = "committed"
 		}
-		w.log.Warn("closed a transaction its coordinator had "+outcome+" without writing this partition's marker (the partition had no leader then); "+
+		w.log.Warn("closed a transaction its coordinator had "+outcome+" without writing this partition's marker (as Kafka does for a partition without a leader at that moment); "+
 			"the marker is written now, before the transactional id writes again",
 			"partition", fmt.Sprintf("%s/%d", h.topic, h.partition), "start_offset", h.start, "transactional_id", h.txnID,
 			"producer_id", h.pid, "epoch", h.epoch, "outcome", outcome)
@@ -595,7 +613,7 @@ func (w *txnWriter[T]) Close() error {
 	if w.cur >= 0 && w.written > 0 && w.clients[w.cur] != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		cl := w.clients[w.cur]
-		if err := cl.AbortBufferedRecords(ctx); err == nil {
+		if err := cl.AbortBufferedRecords(ctx); err == nil && w.abortable(ctx) {
 			if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
 				w.log.Debug("abort open transaction on close", "transactional_id", w.ids[w.cur], "err", err)
 			}
@@ -604,6 +622,41 @@ func (w *txnWriter[T]) Close() error {
 	}
 	w.closeClients()
 	return nil
+}
+
+// abortable reports whether Close may abort the open transaction: whether
+// no partition it wrote holds an older transaction of the producer id in
+// the same open range (see merged.go). Unsure, it leaves the transaction
+// to the next owner, whose start checks it again, or to its timeout.
+func (w *txnWriter[T]) abortable(ctx context.Context) bool {
+	cl := w.clients[w.cur]
+	pid, epoch, err := cl.ProducerID(ctx)
+	if err != nil {
+		return false
+	}
+	parts := kadm.TopicsSet{}
+	for _, t := range w.topics {
+		parts[t] = map[int32]struct{}{}
+	}
+	merged, err := findMerged(ctx, w.log, kadm.NewClient(cl), w.firstEpochs(),
+		[]openTxnAt{{txnID: w.ids[w.cur], pid: pid, epoch: epoch, parts: parts}})
+	switch {
+	case err != nil:
+		w.log.Info("open transaction left to the next owner or its timeout: could not check that aborting it takes no older transaction with it",
+			"transactional_id", w.ids[w.cur], "err", err)
+		return false
+	case len(merged) > 0:
+		w.log.Error("open transaction not aborted: it continues an older transaction of the same producer id, whose marker its coordinator skipped, "+
+			"and aborting it would abort that one's records too; the next owner stops before initialising the transactional id and says what to do",
+			"transactional_id", w.ids[w.cur], "merged", fmt.Sprint(merged))
+		return false
+	}
+	return true
+}
+
+// firstEpochs reads batches with the writer's brokers and client options.
+func (w *txnWriter[T]) firstEpochs() firstEpochsFunc {
+	return readFirstEpochs(append([]kgo.Opt{kgo.SeedBrokers(w.cfg.Brokers...)}, w.cfg.ClientOpts...))
 }
 
 func (w *txnWriter[T]) closeClients() {

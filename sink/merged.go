@@ -1,0 +1,226 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+)
+
+// Merged transactions. closeHanging finds a skipped marker when a task
+// starts. A commit marker skipped while the task runs on is not found
+// there: the partition keeps the committed transaction open, and the
+// transactional id's next transaction that writes the partition continues
+// it (the partition takes a newer epoch for the same producer's next
+// batch). Whichever way that transaction ends decides the records of
+// both. Committed, that is right. Aborted, by the writer's Close or by the
+// next owner's InitProducerID, the committed transaction's records (a
+// completed checkpoint's output) are lost, and nothing says so.
+//
+// Under transaction version 2 each transaction of a producer has an epoch
+// of its own, so a partition's open range whose first batch is older than
+// the open transaction's epoch holds two. Before anything aborts an open
+// transaction (Close; InitProducerID at a start, for an id its coordinator
+// has Ongoing), the writer reads the first batch of each open range of its
+// producer id, and does not abort one that holds an older transaction:
+// Close leaves it to the next owner, and the next owner fails without
+// initialising the id, saying where the records are. Neither a commit
+// (the open transaction's records are replayed from the checkpoint: they
+// would be duplicated) nor an abort is right; an operator copies the older
+// transaction's records, then aborts.
+
+// openTxnAt is a transaction open at its coordinator under a producer id
+// and epoch, with the partitions it may have written (a topic with no
+// partitions named: all of them).
+type openTxnAt struct {
+	txnID string
+	pid   int64
+	epoch int16
+	parts kadm.TopicsSet
+}
+
+// mergedTxn is an open range of a partition that holds an older
+// transaction of the producer id before the open one.
+type mergedTxn struct {
+	txnID      string
+	topic      string
+	partition  int32
+	pid        int64
+	start      int64 // the range's first offset
+	firstEpoch int16 // the epoch of the batch at start
+	epoch      int16 // the open transaction's
+}
+
+func (m mergedTxn) String() string {
+	return fmt.Sprintf("%s/%d from offset %d (transactional id %s, producer id %d: a transaction at epoch %d, then the open one at epoch %d)",
+		m.topic, m.partition, m.start, m.txnID, m.pid, m.firstEpoch, m.epoch)
+}
+
+// firstEpochsFunc returns the producer epoch of the batch at each offset
+// of starts (topic, partition, offset), by topic and partition.
+type firstEpochsFunc func(ctx context.Context, starts map[string]map[int32]int64) (map[string]map[int32]int16, error)
+
+// findMerged returns the open ranges of txns' partitions that began at an
+// older epoch than their open transaction.
+func findMerged(ctx context.Context, log *slog.Logger, adm hangingAdmin, firstEpochs firstEpochsFunc, txns []openTxnAt) ([]mergedTxn, error) {
+	parts := kadm.TopicsSet{}
+	for _, t := range txns {
+		for topic, ps := range t.parts {
+			switch all, ok := parts[topic]; {
+			case ok && len(all) == 0:
+			case len(ps) == 0:
+				parts[topic] = map[int32]struct{}{} // kadm asks for every partition
+			default:
+				parts.Add(topic, slices.Collect(maps.Keys(ps))...)
+			}
+		}
+	}
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	ps, err := describeWaiting(ctx, log, adm, parts)
+	if err != nil {
+		if errors.Is(err, kerr.TopicAuthorizationFailed) || errors.Is(err, kerr.ClusterAuthorizationFailed) {
+			return nil, &uncheckedError{err}
+		}
+		return nil, err
+	}
+	var found []mergedTxn
+	toRead := map[string]map[int32]int64{}
+	for _, t := range txns {
+		for _, p := range ps {
+			if p.ProducerID != t.pid || p.CurrentTxnStartOffset < 0 || !lookupOrAll(t.parts, p.Topic, p.Partition) {
+				continue
+			}
+			found = append(found, mergedTxn{txnID: t.txnID, topic: p.Topic, partition: p.Partition, pid: p.ProducerID,
+				start: p.CurrentTxnStartOffset, firstEpoch: p.ProducerEpoch, epoch: t.epoch})
+			if p.ProducerEpoch >= t.epoch {
+				// The open transaction wrote here: the range holds an
+				// older one only if its first batch is older.
+				if toRead[p.Topic] == nil {
+					toRead[p.Topic] = map[int32]int64{}
+				}
+				toRead[p.Topic][p.Partition] = p.CurrentTxnStartOffset
+			}
+		}
+	}
+	var epochs map[string]map[int32]int16
+	if len(toRead) > 0 {
+		if epochs, err = firstEpochs(ctx, toRead); err != nil {
+			return nil, fmt.Errorf("read the first batches of the open transactions: %w", err)
+		}
+	}
+	var out []mergedTxn
+	for _, m := range found {
+		if m.firstEpoch >= m.epoch {
+			e, ok := epochs[m.topic][m.partition]
+			if !ok {
+				return nil, fmt.Errorf("no first batch read for %v", m)
+			}
+			m.firstEpoch = e
+		}
+		if m.firstEpoch < m.epoch {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b mergedTxn) int { return strings.Compare(a.String(), b.String()) })
+	return out, nil
+}
+
+// lookupOrAll reports whether s names the partition, a topic without
+// partitions naming all of its.
+func lookupOrAll(s kadm.TopicsSet, topic string, partition int32) bool {
+	ps, ok := s[topic]
+	return ok && (len(ps) == 0 || s.Lookup(topic, partition))
+}
+
+// MergedTransactionError says an output partition holds, in one open
+// range under the task's producer id, a transaction that its coordinator
+// ended without the partition's marker and the open transaction after it.
+// The writer does not initialise the transactional id: that would abort
+// both (see findMerged).
+type MergedTransactionError struct {
+	Merged []string // each as topic/partition from offset ...
+	// Abort lists the kafka-transactions.sh commands that end them, once
+	// the older transaction's records are copied.
+	Abort []string
+}
+
+func (e *MergedTransactionError) Error() string {
+	return fmt.Sprintf("output partitions hold an open transaction that continues an older one of the same producer id, whose marker its coordinator skipped "+
+		"(a partition without a leader at that moment): %s. "+
+		"Initialising the transactional id would abort both, and the older one may have committed (a checkpoint's output); "+
+		"committing both would duplicate the open one's records, which the restore replays. "+
+		"Copy the older transaction's records (read_uncommitted, from the offset named up to the first batch at the open epoch) and produce them again, "+
+		"then abort with %s; the task goes on at its next restart",
+		strings.Join(e.Merged, "; "), strings.Join(e.Abort, " and "))
+}
+
+func mergedError(ms []mergedTxn) *MergedTransactionError {
+	e := &MergedTransactionError{}
+	for _, m := range ms {
+		e.Merged = append(e.Merged, m.String())
+		e.Abort = append(e.Abort, fmt.Sprintf("`kafka-transactions.sh --bootstrap-server BROKERS abort --topic %s --partition %d --start-offset %d`",
+			m.topic, m.partition, m.start))
+	}
+	return e
+}
+
+// readFirstEpochs returns a firstEpochsFunc that reads with one client of
+// opts, read_uncommitted.
+func readFirstEpochs(opts []kgo.Opt) firstEpochsFunc {
+	return func(ctx context.Context, starts map[string]map[int32]int64) (map[string]map[int32]int16, error) {
+		offsets, left := map[string]map[int32]kgo.Offset{}, 0
+		for t, ps := range starts {
+			offsets[t] = map[int32]kgo.Offset{}
+			for p, o := range ps {
+				offsets[t][p] = kgo.NewOffset().At(o)
+				left++
+			}
+		}
+		cl, err := kgo.NewClient(append(slices.Clone(opts),
+			kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.ConsumePartitions(offsets))...)
+		if err != nil {
+			return nil, err
+		}
+		defer cl.Close()
+		out := map[string]map[int32]int16{}
+		for left > 0 {
+			fs := cl.PollFetches(ctx)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			for _, fe := range fs.Errors() {
+				if !kgo.IsRetryableBrokerErr(fe.Err) && !errors.Is(fe.Err, kerr.NotLeaderForPartition) &&
+					!errors.Is(fe.Err, kerr.LeaderNotAvailable) {
+					return nil, fmt.Errorf("%s/%d: %w", fe.Topic, fe.Partition, fe.Err)
+				}
+			}
+			for _, r := range fs.Records() {
+				start := starts[r.Topic][r.Partition]
+				if _, done := out[r.Topic][r.Partition]; done || r.Offset < start {
+					continue
+				}
+				if r.Offset != start {
+					// An open transaction's records are not compacted
+					// (the cleaner stops at the last stable offset).
+					return nil, fmt.Errorf("%s/%d: the first record read is at offset %d, not %d", r.Topic, r.Partition, r.Offset, start)
+				}
+				if out[r.Topic] == nil {
+					out[r.Topic] = map[int32]int16{}
+				}
+				out[r.Topic][r.Partition] = r.ProducerEpoch
+				cl.PauseFetchPartitions(map[string][]int32{r.Topic: {r.Partition}})
+				left--
+			}
+		}
+		return out, nil
+	}
+}
