@@ -17,6 +17,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/kversion"
 
+	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/internal/testcluster"
 )
@@ -366,6 +367,16 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 				}
 				if abortable() {
 					t.Fatal("Close would abort the open transaction, and the committed stray record with it")
+				}
+				// Restore, walking back past a checkpoint that named the
+				// open transaction, would abort it too.
+				_, nextEpoch, err := prev.ProducerID(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = Abort(ctx, plain, []checkpoint.Committable{{Operator: "out", TransactionalID: id, ProducerID: pid, Epoch: nextEpoch}})
+				if me := (*MergedTransactionError)(nil); !errors.As(err, &me) {
+					t.Fatalf("Abort: %v; want a MergedTransactionError", err)
 				}
 			}
 			prev.Close()

@@ -317,14 +317,10 @@ func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int, newer func(
 		}
 	}
 	merged, err := findMerged(ctx, w.log, kadm.NewClient(adm), w.firstEpochs(), ongoing)
-	var unchecked *uncheckedError
-	switch {
-	case errors.As(err, &unchecked):
-		w.log.Warn(unchecked.Error()+"; grant the worker's principal READ on the output topic (docs/operating.md, \"Transactions left open by a skipped marker\")",
-			"topic", w.cfg.Topic)
-	case err != nil:
+	if err := w.warnUnchecked(err); err != nil {
 		return err
-	case len(merged) > 0:
+	}
+	if len(merged) > 0 {
 		return mergedError(merged)
 	}
 	var g errgroup.Group
@@ -335,11 +331,7 @@ func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int, newer func(
 		return err
 	}
 	closed, err := closeHanging(ctx, w.log, kadm.NewClient(adm), newer, w.cfg.Topic, w.ids, w.pids, w.epochs, before)
-	switch {
-	case errors.As(err, &unchecked):
-		w.log.Warn(unchecked.Error()+"; grant the worker's principal READ on the output topic (docs/operating.md, \"Transactions left open by a skipped marker\")",
-			"topic", w.cfg.Topic)
-	case err != nil:
+	if err := w.warnUnchecked(err); err != nil {
 		return err
 	}
 	for _, h := range closed {
@@ -353,6 +345,18 @@ func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int, newer func(
 			"producer_id", h.pid, "epoch", h.epoch, "outcome", outcome)
 	}
 	return nil
+}
+
+// warnUnchecked logs an *uncheckedError (the check could not look) and
+// returns nil for it; any other error it returns.
+func (w *txnWriter[T]) warnUnchecked(err error) error {
+	var unchecked *uncheckedError
+	if errors.As(err, &unchecked) {
+		w.log.Warn(unchecked.Error()+"; grant the worker's principal READ on the output topic (docs/operating.md, \"Transactions left open by a skipped marker\")",
+			"topic", w.cfg.Topic)
+		return nil
+	}
+	return err
 }
 
 // initSlot makes slot i's client and initialises its producer id.

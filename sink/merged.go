@@ -12,6 +12,8 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/weirstream/weir/checkpoint"
 )
 
 // Merged transactions. closeHanging finds a skipped marker when a task
@@ -20,21 +22,26 @@ import (
 // transactional id's next transaction that writes the partition continues
 // it (the partition takes a newer epoch for the same producer's next
 // batch). Whichever way that transaction ends decides the records of
-// both. Committed, that is right. Aborted, by the writer's Close or by the
-// next owner's InitProducerID, the committed transaction's records (a
+// both. Committed, that is right. Aborted, by the writer's Close, by the
+// next owner's InitProducerID, or by a restore that walks back past the
+// checkpoint naming it (Abort), the committed transaction's records (a
 // completed checkpoint's output) are lost, and nothing says so.
 //
 // Under transaction version 2 each transaction of a producer has an epoch
 // of its own, so a partition's open range whose first batch is older than
 // the open transaction's epoch holds two. Before anything aborts an open
 // transaction (Close; InitProducerID at a start, for an id its coordinator
-// has Ongoing), the writer reads the first batch of each open range of its
-// producer id, and does not abort one that holds an older transaction:
-// Close leaves it to the next owner, and the next owner fails without
-// initialising the id, saying where the records are. Neither a commit
-// (the open transaction's records are replayed from the checkpoint: they
-// would be duplicated) nor an abort is right; an operator copies the older
-// transaction's records, then aborts.
+// has Ongoing; Abort), the sink reads the first batch of each open range
+// of its producer id, and does not abort one that holds an older
+// transaction: Close leaves it to the next owner, and the next owner (or
+// Abort) fails without aborting, saying where the records are. Neither a
+// commit (the open transaction's records are replayed from the
+// checkpoint: they would be duplicated) nor an abort is right; an
+// operator copies the older transaction's records, then aborts.
+//
+// Not covered: an open range that the transaction timeout aborts (no
+// owner came back in time). Kafka ends it without asking anyone; Close's
+// ERROR is then the only trace.
 
 // openTxnAt is a transaction open at its coordinator under a producer id
 // and epoch, with the partitions it may have written (a topic with no
@@ -223,4 +230,34 @@ func readFirstEpochs(opts []kgo.Opt) firstEpochsFunc {
 		}
 		return out, nil
 	}
+}
+
+// refuseMergedAbort fails with a *MergedTransactionError when aborting c,
+// open at its coordinator, would abort an older transaction with it (see
+// findMerged). Restore aborts the transactions of a checkpoint it walks
+// back past, and a committed older one is a completed checkpoint's output.
+func refuseMergedAbort(ctx context.Context, cl *kgo.Client, c checkpoint.Committable) error {
+	adm := kadm.NewClient(cl)
+	before, err := describeBefore(ctx, adm, map[int]string{0: c.TransactionalID})
+	if err != nil {
+		return err
+	}
+	b, ok := before[0]
+	if !ok || b.state != "Ongoing" || b.pid != c.ProducerID || b.epoch != c.Epoch || len(b.topics) == 0 {
+		return nil // not open: aborting it ends nothing
+	}
+	log := slog.Default()
+	ms, err := findMerged(ctx, log, adm, readFirstEpochs(cl.Opts()),
+		[]openTxnAt{{txnID: c.TransactionalID, pid: c.ProducerID, epoch: c.Epoch, parts: b.topics}})
+	var unchecked *uncheckedError
+	switch {
+	case errors.As(err, &unchecked):
+		log.Warn(unchecked.Error()+"; aborting it unchecked", "transactional_id", c.TransactionalID)
+		return nil
+	case err != nil:
+		return fmt.Errorf("before aborting transaction %s: %w", c.TransactionalID, err)
+	case len(ms) > 0:
+		return mergedError(ms)
+	}
+	return nil
 }

@@ -133,6 +133,9 @@ func Abort(ctx context.Context, cl *kgo.Client, committables []checkpoint.Commit
 	}
 	out := make([]Status, 0, len(committables))
 	for _, c := range committables {
+		if err := refuseMergedAbort(ctx, cl, c); err != nil {
+			return nil, err
+		}
 		st, err := endOne(ctx, cl, tv, c, false)
 		if err != nil {
 			return nil, err
