@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"log/slog"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -373,6 +374,12 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 				_, nextEpoch, err := prev.ProducerID(ctx)
 				if err != nil {
 					t.Fatal(err)
+				}
+				// The batches of the two transactions on the partition,
+				// read in one call: each offset gets its own batch's epoch.
+				got, err := readFirstEpochs([]kgo.Opt{kgo.SeedBrokers(c.Brokers...)})(ctx, []batchAt{{topic, 1, 0}, {topic, 1, 1}, {topic, 0, 0}})
+				if want := map[batchAt]int16{{topic, 1, 0}: epoch, {topic, 1, 1}: nextEpoch, {topic, 0, 0}: epoch}; err != nil || !maps.Equal(got, want) {
+					t.Fatalf("first epochs %v, %v; want %v", got, err, want)
 				}
 				_, err = Abort(ctx, plain, []checkpoint.Committable{{Operator: "out", TransactionalID: id, ProducerID: pid, Epoch: nextEpoch}})
 				if me := (*MergedTransactionError)(nil); !errors.As(err, &me) {

@@ -70,9 +70,15 @@ func (m mergedTxn) String() string {
 		m.topic, m.partition, m.start, m.txnID, m.pid, m.firstEpoch, m.epoch)
 }
 
-// firstEpochsFunc returns the producer epoch of the batch at each offset
-// of starts (topic, partition, offset), by topic and partition.
-type firstEpochsFunc func(ctx context.Context, starts map[string]map[int32]int64) (map[string]map[int32]int16, error)
+// batchAt names the batch at an offset of a topic's partition.
+type batchAt struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+// firstEpochsFunc returns the producer epoch of the batch at each of at.
+type firstEpochsFunc func(ctx context.Context, at []batchAt) (map[batchAt]int16, error)
 
 // findMerged returns the open ranges of txns' partitions that began at an
 // older epoch than their open transaction.
@@ -100,7 +106,7 @@ func findMerged(ctx context.Context, log *slog.Logger, adm hangingAdmin, firstEp
 		return nil, err
 	}
 	var found []mergedTxn
-	toRead := map[string]map[int32]int64{}
+	var toRead []batchAt
 	for _, t := range txns {
 		for _, p := range ps {
 			if p.ProducerID != t.pid || p.CurrentTxnStartOffset < 0 || !lookupOrAll(t.parts, p.Topic, p.Partition) {
@@ -111,14 +117,11 @@ func findMerged(ctx context.Context, log *slog.Logger, adm hangingAdmin, firstEp
 			if p.ProducerEpoch >= t.epoch {
 				// The open transaction wrote here: the range holds an
 				// older one only if its first batch is older.
-				if toRead[p.Topic] == nil {
-					toRead[p.Topic] = map[int32]int64{}
-				}
-				toRead[p.Topic][p.Partition] = p.CurrentTxnStartOffset
+				toRead = append(toRead, batchAt{p.Topic, p.Partition, p.CurrentTxnStartOffset})
 			}
 		}
 	}
-	var epochs map[string]map[int32]int16
+	var epochs map[batchAt]int16
 	if len(toRead) > 0 {
 		if epochs, err = firstEpochs(ctx, toRead); err != nil {
 			return nil, fmt.Errorf("read the first batches of the open transactions: %w", err)
@@ -127,7 +130,7 @@ func findMerged(ctx context.Context, log *slog.Logger, adm hangingAdmin, firstEp
 	var out []mergedTxn
 	for _, m := range found {
 		if m.firstEpoch >= m.epoch {
-			e, ok := epochs[m.topic][m.partition]
+			e, ok := epochs[batchAt{m.topic, m.partition, m.start}]
 			if !ok {
 				return nil, fmt.Errorf("no first batch read for %v", m)
 			}
@@ -180,56 +183,87 @@ func mergedError(ms []mergedTxn) *MergedTransactionError {
 	return e
 }
 
-// readFirstEpochs returns a firstEpochsFunc that reads with one client of
-// opts, read_uncommitted.
+// readFirstEpochs returns a firstEpochsFunc that reads with clients of
+// opts, read_uncommitted: one a round, each round reading one offset of
+// each partition (partitions where several producers hold a range open
+// take several rounds).
 func readFirstEpochs(opts []kgo.Opt) firstEpochsFunc {
-	return func(ctx context.Context, starts map[string]map[int32]int64) (map[string]map[int32]int16, error) {
-		offsets, left := map[string]map[int32]kgo.Offset{}, 0
-		for t, ps := range starts {
-			offsets[t] = map[int32]kgo.Offset{}
-			for p, o := range ps {
-				offsets[t][p] = kgo.NewOffset().At(o)
-				left++
-			}
-		}
-		cl, err := kgo.NewClient(append(slices.Clone(opts),
-			kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.ConsumePartitions(offsets))...)
-		if err != nil {
-			return nil, err
-		}
-		defer cl.Close()
-		out := map[string]map[int32]int16{}
-		for left > 0 {
-			fs := cl.PollFetches(ctx)
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			for _, fe := range fs.Errors() {
-				if !kgo.IsRetryableBrokerErr(fe.Err) && !errors.Is(fe.Err, kerr.NotLeaderForPartition) &&
-					!errors.Is(fe.Err, kerr.LeaderNotAvailable) {
-					return nil, fmt.Errorf("%s/%d: %w", fe.Topic, fe.Partition, fe.Err)
-				}
-			}
-			for _, r := range fs.Records() {
-				start := starts[r.Topic][r.Partition]
-				if _, done := out[r.Topic][r.Partition]; done || r.Offset < start {
+	return func(ctx context.Context, at []batchAt) (map[batchAt]int16, error) {
+		out := make(map[batchAt]int16, len(at))
+		left := slices.Clone(at)
+		for len(left) > 0 {
+			round, next := map[string]map[int32]int64{}, left[:0:0]
+			for _, b := range left {
+				if _, dup := out[b]; dup {
 					continue
 				}
-				if r.Offset != start {
-					// An open transaction's records are not compacted
-					// (the cleaner stops at the last stable offset).
-					return nil, fmt.Errorf("%s/%d: the first record read is at offset %d, not %d", r.Topic, r.Partition, r.Offset, start)
+				if o, taken := round[b.topic][b.partition]; taken {
+					if o != b.offset {
+						next = append(next, b)
+					}
+					continue
 				}
-				if out[r.Topic] == nil {
-					out[r.Topic] = map[int32]int16{}
+				if round[b.topic] == nil {
+					round[b.topic] = map[int32]int64{}
 				}
-				out[r.Topic][r.Partition] = r.ProducerEpoch
-				cl.PauseFetchPartitions(map[string][]int32{r.Topic: {r.Partition}})
-				left--
+				round[b.topic][b.partition] = b.offset
 			}
+			if err := readRound(ctx, opts, round, out); err != nil {
+				return nil, err
+			}
+			left = next
 		}
 		return out, nil
 	}
+}
+
+// readRound reads the batch at one offset of each partition of starts
+// into out.
+func readRound(ctx context.Context, opts []kgo.Opt, starts map[string]map[int32]int64, out map[batchAt]int16) error {
+	offsets, left := map[string]map[int32]kgo.Offset{}, 0
+	for t, ps := range starts {
+		offsets[t] = map[int32]kgo.Offset{}
+		for p, o := range ps {
+			offsets[t][p] = kgo.NewOffset().At(o)
+			left++
+		}
+	}
+	if left == 0 {
+		return nil
+	}
+	cl, err := kgo.NewClient(append(slices.Clone(opts),
+		kgo.FetchIsolationLevel(kgo.ReadUncommitted()), kgo.ConsumePartitions(offsets))...)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	for left > 0 {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		for _, fe := range fs.Errors() {
+			if !kgo.IsRetryableBrokerErr(fe.Err) && !errors.Is(fe.Err, kerr.NotLeaderForPartition) &&
+				!errors.Is(fe.Err, kerr.LeaderNotAvailable) {
+				return fmt.Errorf("%s/%d: %w", fe.Topic, fe.Partition, fe.Err)
+			}
+		}
+		for _, r := range fs.Records() {
+			b := batchAt{r.Topic, r.Partition, starts[r.Topic][r.Partition]}
+			if _, done := out[b]; done || r.Offset < b.offset {
+				continue
+			}
+			if r.Offset != b.offset {
+				// An open transaction's records are not compacted (the
+				// cleaner stops at the last stable offset).
+				return fmt.Errorf("%s/%d: the first record read is at offset %d, not %d", r.Topic, r.Partition, r.Offset, b.offset)
+			}
+			out[b] = r.ProducerEpoch
+			cl.PauseFetchPartitions(map[string][]int32{r.Topic: {r.Partition}})
+			left--
+		}
+	}
+	return nil
 }
 
 // refuseMergedAbort fails with a *MergedTransactionError when aborting c,

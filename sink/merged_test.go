@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -14,7 +15,7 @@ import (
 // committed without out/1's marker; its next transaction, at epoch 41,
 // wrote out/1 and out/2 and is open. out/1's open range begins with the
 // batch of epoch 40; out/2's with the open transaction's own.
-func mergedCase() (*fakeHangingAdmin, map[string]map[int32]int16, openTxnAt) {
+func mergedCase() (*fakeHangingAdmin, map[batchAt]int16, openTxnAt) {
 	f := &fakeHangingAdmin{open: map[string]map[int32][]kadm.DescribedProducer{"out": {
 		0: {{Topic: "out", Partition: 0, ProducerID: 33, ProducerEpoch: 40, CurrentTxnStartOffset: -1}},
 		1: {
@@ -24,21 +25,18 @@ func mergedCase() (*fakeHangingAdmin, map[string]map[int32]int16, openTxnAt) {
 		},
 		2: {{Topic: "out", Partition: 2, ProducerID: 33, ProducerEpoch: 41, CurrentTxnStartOffset: 900}},
 	}}}
-	first := map[string]map[int32]int16{"out": {1: 40, 2: 41}}
+	first := map[batchAt]int16{{"out", 1, 500}: 40, {"out", 2, 900}: 41, {"out", 1, 480}: 3}
 	return f, first, openTxnAt{txnID: "job-out-0-1", pid: 33, epoch: 41, parts: kadm.TopicsSet{"out": {}}}
 }
 
 // fakeFirstEpochs answers from first and records what it was asked.
-func fakeFirstEpochs(first map[string]map[int32]int16, asked *map[string]map[int32]int64) firstEpochsFunc {
-	return func(_ context.Context, starts map[string]map[int32]int64) (map[string]map[int32]int16, error) {
-		*asked = starts
-		out := map[string]map[int32]int16{}
-		for t, ps := range starts {
-			out[t] = map[int32]int16{}
-			for p := range ps {
-				if e, ok := first[t][p]; ok {
-					out[t][p] = e
-				}
+func fakeFirstEpochs(first map[batchAt]int16, asked *[]batchAt) firstEpochsFunc {
+	return func(_ context.Context, at []batchAt) (map[batchAt]int16, error) {
+		*asked = append(*asked, at...)
+		out := map[batchAt]int16{}
+		for _, b := range at {
+			if e, ok := first[b]; ok {
+				out[b] = e
 			}
 		}
 		return out, nil
@@ -47,7 +45,7 @@ func fakeFirstEpochs(first map[string]map[int32]int16, asked *map[string]map[int
 
 func TestFindMerged(t *testing.T) {
 	f, first, txn := mergedCase()
-	var asked map[string]map[int32]int64
+	var asked []batchAt
 	ms, err := findMerged(context.Background(), slog.New(slog.DiscardHandler), f, fakeFirstEpochs(first, &asked), []openTxnAt{txn})
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +53,7 @@ func TestFindMerged(t *testing.T) {
 	if len(ms) != 1 || ms[0].partition != 1 || ms[0].start != 500 || ms[0].firstEpoch != 40 || ms[0].epoch != 41 {
 		t.Fatalf("found %v, want out/1 from 500 (epoch 40, then 41)", ms)
 	}
-	if len(asked["out"]) != 2 || asked["out"][1] != 500 || asked["out"][2] != 900 {
+	if !slices.Contains(asked, batchAt{"out", 1, 500}) || !slices.Contains(asked, batchAt{"out", 2, 900}) || len(asked) != 2 {
 		t.Errorf("read the first batches at %v, want out/1 at 500 and out/2 at 900", asked)
 	}
 	err = mergedError(ms)
@@ -71,8 +69,8 @@ func TestFindMerged(t *testing.T) {
 func TestFindMergedOlderRangeNotYetWritten(t *testing.T) {
 	f, first, txn := mergedCase()
 	f.open["out"][2][0].ProducerEpoch = 39
-	first["out"] = map[int32]int16{1: 41}
-	var asked map[string]map[int32]int64
+	first[batchAt{"out", 1, 500}] = 41
+	var asked []batchAt
 	ms, err := findMerged(context.Background(), slog.New(slog.DiscardHandler), f, fakeFirstEpochs(first, &asked), []openTxnAt{txn})
 	if err != nil {
 		t.Fatal(err)
@@ -80,7 +78,7 @@ func TestFindMergedOlderRangeNotYetWritten(t *testing.T) {
 	if len(ms) != 1 || ms[0].partition != 2 || ms[0].firstEpoch != 39 {
 		t.Fatalf("found %v, want out/2 (epoch 39)", ms)
 	}
-	if len(asked["out"]) != 1 {
+	if len(asked) != 1 || asked[0] != (batchAt{"out", 1, 500}) {
 		t.Errorf("read %v, want out/1 only", asked)
 	}
 }
@@ -90,7 +88,7 @@ func TestFindMergedOlderRangeNotYetWritten(t *testing.T) {
 func TestFindMergedNothing(t *testing.T) {
 	f, first, txn := mergedCase()
 	txn.parts = kadm.TopicsSet{"out": {0: {}}}
-	var asked map[string]map[int32]int64
+	var asked []batchAt
 	ms, err := findMerged(context.Background(), slog.New(slog.DiscardHandler), f, fakeFirstEpochs(first, &asked), []openTxnAt{txn})
 	if err != nil || len(ms) != 0 || asked != nil {
 		t.Fatalf("found %v, %v, read %v; want nothing", ms, err, asked)
@@ -103,7 +101,7 @@ func TestFindMergedNothing(t *testing.T) {
 // Without READ on the output the check cannot look: the caller warns.
 func TestFindMergedUnauthorized(t *testing.T) {
 	_, first, txn := mergedCase()
-	var asked map[string]map[int32]int64
+	var asked []batchAt
 	_, err := findMerged(context.Background(), slog.New(slog.DiscardHandler), deniedAdmin{&fakeHangingAdmin{}}, fakeFirstEpochs(first, &asked), []openTxnAt{txn})
 	var u *uncheckedError
 	if !errors.As(err, &u) {
@@ -115,4 +113,29 @@ type deniedAdmin struct{ *fakeHangingAdmin }
 
 func (deniedAdmin) DescribeProducers(context.Context, kadm.TopicsSet) (kadm.DescribedProducersTopics, error) {
 	return nil, kerr.TopicAuthorizationFailed
+}
+
+// The chaos run's false alarm (seed 24002): a task's slots all had their
+// transactions open on its one output partition, each from an offset of
+// its own. An epoch read for one range must not be taken for another's.
+func TestFindMergedSeveralRangesOfOnePartition(t *testing.T) {
+	f := &fakeHangingAdmin{open: map[string]map[int32][]kadm.DescribedProducer{"out": {
+		1: {
+			{Topic: "out", Partition: 1, ProducerID: 74, ProducerEpoch: 294, CurrentTxnStartOffset: 12363},
+			{Topic: "out", Partition: 1, ProducerID: 68, ProducerEpoch: 3, CurrentTxnStartOffset: 12385},
+		},
+	}}}
+	first := map[batchAt]int16{{"out", 1, 12363}: 294, {"out", 1, 12385}: 3}
+	txns := []openTxnAt{
+		{txnID: "t-1-1", pid: 74, epoch: 294, parts: kadm.TopicsSet{"out": {1: {}}}},
+		{txnID: "t-1-3", pid: 68, epoch: 3, parts: kadm.TopicsSet{"out": {1: {}}}},
+	}
+	var asked []batchAt
+	ms, err := findMerged(context.Background(), slog.New(slog.DiscardHandler), f, fakeFirstEpochs(first, &asked), txns)
+	if err != nil || len(ms) != 0 {
+		t.Fatalf("found %v, %v; want nothing merged", ms, err)
+	}
+	if len(asked) != 2 {
+		t.Errorf("read %v, want both ranges' first batches", asked)
+	}
 }
