@@ -3,6 +3,7 @@ package sink
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,8 +15,8 @@ import (
 
 // Encoder turns a value of the job into the Kafka record to write. Topic may
 // be left empty (the sink's Config.Topic is used); a record naming another
-// topic is written there, inside the same transaction. The encoder may not
-// keep v or the returned record.
+// topic (name it in Config.Topics) is written there, inside the same
+// transaction. The encoder may not keep v or the returned record.
 type Encoder[T any] func(v T) (*kgo.Record, error)
 
 // ValueEncoder writes each value with a codec (for instance a state.Codec:
@@ -87,6 +88,12 @@ type Config[T any] struct {
 	// Topic receives the records whose encoder left Record.Topic empty.
 	// Required.
 	Topic string
+	// Topics names the other topics Encode may address. A task's start
+	// asks every partition of Topic and of these for transactions its
+	// producer ids left open (a marker Kafka skipped; see
+	// docs/operating.md): a topic not named is not asked, and a writer
+	// that writes one logs a warning saying so, once.
+	Topics []string
 	// Encode turns a value into a record. Required. A record it leaves
 	// without a timestamp gets the event time of the value (the
 	// timestamp of the record it came from, or what the source's
@@ -170,6 +177,14 @@ func (c *Config[T]) Validate() error {
 	if c.Topic == "" {
 		bad("Topic: empty, need the output topic")
 	}
+	for i, t := range c.Topics {
+		if t == "" {
+			bad("Topics[%d]: empty topic name", i)
+		}
+	}
+	if c.Watermarks && len(c.Topics) > 0 {
+		bad("Topics: %v, but Watermarks are written into Topic only", c.Topics)
+	}
 	if c.Encode == nil {
 		bad("Encode: nil encoder")
 	}
@@ -234,6 +249,18 @@ func (c *Config[T]) record(v T, ts int64) (*kgo.Record, error) {
 		return nil, &RecordTooLargeError{Topic: r.Topic, Bytes: n, Max: c.maxRecordBytes()}
 	}
 	return r, nil
+}
+
+// checkedTopics are the topics the start-up check asks: Topic, then the
+// other Topics, each once.
+func (c *Config[T]) checkedTopics() []string {
+	out := []string{c.Topic}
+	for _, t := range c.Topics {
+		if !slices.Contains(out, t) {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func (c *Config[T]) maxRecordBytes() int {

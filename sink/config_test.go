@@ -27,6 +27,9 @@ func TestConfigValidate(t *testing.T) {
 		{"timeout negative", func(c *Config[string]) { c.TransactionTimeout = -1 }, []string{"TransactionTimeout"}},
 		{"timeout below 1s", func(c *Config[string]) { c.TransactionTimeout = time.Millisecond }, []string{"TransactionTimeout: 1ms"}},
 		{"unknown delivery", func(c *Config[string]) { c.Delivery = "twice" }, []string{`Delivery: "twice"`}},
+		{"more topics", func(c *Config[string]) { c.Topics = []string{"rejects", "out"} }, nil},
+		{"empty topic", func(c *Config[string]) { c.Topics = []string{"rejects", ""} }, []string{"Topics[1]: empty"}},
+		{"watermarks to more topics", func(c *Config[string]) { c.Watermarks, c.Topics = true, []string{"rejects"} }, []string{"Topics: [rejects], but Watermarks"}},
 		{"transactional settings without transactions", func(c *Config[string]) {
 			c.Delivery, c.PoolSize, c.TransactionTimeout, c.TransactionalIDPrefix = None, 5, time.Minute, "p"
 		}, []string{"TransactionalIDPrefix", "PoolSize", "TransactionTimeout"}},

@@ -188,9 +188,10 @@ func (e *HangingTransactionError) Error() string {
 // *HangingTransactionError (see the top of this file). It looks where a
 // slot's last transaction may have written: the partitions its
 // coordinator names for one still open before the initialisation, all of
-// topic's for one that had ended (the coordinator no longer names them).
+// those of topics (the sink's) for one that had ended (the coordinator no
+// longer names them).
 // It returns what it closed.
-func closeHanging(ctx context.Context, log *slog.Logger, adm hangingAdmin, newer func(context.Context) (bool, error), topic string, ids []string, pids []int64, epochs []int16, before map[int]txnBefore) ([]hangingTxn, error) {
+func closeHanging(ctx context.Context, log *slog.Logger, adm hangingAdmin, newer func(context.Context) (bool, error), topics []string, ids []string, pids []int64, epochs []int16, before map[int]txnBefore) ([]hangingTxn, error) {
 	parts, relevant, everyPartition := kadm.TopicsSet{}, map[int]txnBefore{}, false
 	for slot, b := range before {
 		if !b.relevant() || b.pid != pids[slot] {
@@ -204,7 +205,9 @@ func closeHanging(ctx context.Context, log *slog.Logger, adm hangingAdmin, newer
 		return nil, nil
 	}
 	if everyPartition {
-		parts[topic] = map[int32]struct{}{} // none named: kadm asks for all
+		for _, t := range topics {
+			parts[t] = map[int32]struct{}{} // none named: kadm asks for all
+		}
 	}
 	before = relevant
 	described := func() ([]kadm.DescribedProducer, error) { return describeWaiting(ctx, log, adm, parts) }

@@ -101,7 +101,7 @@ func chaosCase() (ids []string, pids []int64, epochs []int16, before map[int]txn
 
 func TestCloseHangingAbortsWhatTheInitAborted(t *testing.T) {
 	ids, pids, epochs, before, f := chaosCase()
-	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, "out", ids, pids, epochs, before)
+	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestCloseHangingDecided(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ids, pids, epochs, before, f := chaosCase()
 			before[1] = tc.before
-			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, "out", ids, pids, epochs, before)
+			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -172,7 +172,7 @@ func TestCloseHangingUndecidedFails(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ids, pids, epochs, before, f := chaosCase()
 			before[1] = b
-			_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, "out", ids, pids, epochs, before)
+			_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
 			var he *HangingTransactionError
 			if !errors.As(err, &he) || !strings.Contains(err.Error(), "out/1 from offset 33727") || len(f.written) != 0 {
 				t.Fatalf("got %v, markers %+v; want a HangingTransactionError naming out/1 from 33727 and no marker", err, f.written)
@@ -184,7 +184,7 @@ func TestCloseHangingUndecidedFails(t *testing.T) {
 func TestCloseHangingWriteRefusedSaysHow(t *testing.T) {
 	ids, pids, epochs, before, f := chaosCase()
 	f.writeErr = kerr.ClusterAuthorizationFailed
-	_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, "out", ids, pids, epochs, before)
+	_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
 	var he *HangingTransactionError
 	if !errors.As(err, &he) || !strings.Contains(err.Error(), "kafka-transactions.sh --bootstrap-server BROKERS abort --topic out --partition 1 --start-offset 33727") ||
 		!strings.Contains(err.Error(), "CLUSTER_AUTHORIZATION_FAILED") {
@@ -202,7 +202,7 @@ func TestCloseHangingNothingToAsk(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ids, pids, epochs, before, f := chaosCase()
 			before = map[int]txnBefore{1: b}
-			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, "out", ids, pids, epochs, before)
+			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
 			if err != nil || len(closed) != 0 || f.described != 0 {
 				t.Fatalf("closed %v, %v, %d DescribeProducers; want nothing asked", closed, err, f.described)
 			}
@@ -211,9 +211,47 @@ func TestCloseHangingNothingToAsk(t *testing.T) {
 	// On record, but the marker landed: asked, nothing written.
 	ids, pids, epochs, before, f := chaosCase()
 	f.open["out"][1][0].CurrentTxnStartOffset = -1
-	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, "out", ids, pids, epochs, before)
+	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
 	if err != nil || len(closed) != 0 || f.described != 1 || len(f.written) != 0 {
 		t.Fatalf("closed %v, %v, %d DescribeProducers, markers %v; want one question and no marker", closed, err, f.described, f.written)
+	}
+}
+
+// A job that writes two topics: the ended transaction's partitions are no
+// longer named, and its skipped marker is on the second topic. Only asking
+// every topic the sink writes finds it.
+func TestCloseHangingAsksEveryTopic(t *testing.T) {
+	ids, pids, epochs, before, f := chaosCase()
+	before[1] = txnBefore{state: "CompleteCommit", pid: 33, epoch: 672}
+	f.open["rejects"] = map[int32][]kadm.DescribedProducer{0: f.open["out"][1][:1]}
+	f.open["rejects"][0][0].Topic, f.open["rejects"][0][0].Partition = "rejects", 0
+	f.open["out"] = nil
+	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
+	if err != nil || len(closed) != 0 {
+		t.Fatalf("asking out only: closed %v, %v", closed, err)
+	}
+	closed, err = closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out", "rejects"}, ids, pids, epochs, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(closed) != 1 || closed[0].topic != "rejects" || !closed[0].commit || len(f.written) != 1 || !f.written[0].Topics.Lookup("rejects", 0) {
+		t.Fatalf("closed %+v, markers %+v: want the commit marker of rejects/0", closed, f.written)
+	}
+}
+
+// A writer that writes a topic its Config does not name says so, once: the
+// start-up check does not ask that topic.
+func TestWriterWarnsOfUncheckedTopic(t *testing.T) {
+	var logs strings.Builder
+	w := &txnWriter[string]{cfg: Config[string]{Topic: "out", Topics: []string{"rejects"}}, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	for range 2 {
+		for _, topic := range []string{"out", "rejects", "audit", "out", "audit"} {
+			w.noteTopic(topic)
+		}
+		w.topics = w.topics[:0] // the next transaction
+	}
+	if n := strings.Count(logs.String(), "level=WARN"); n != 1 || !strings.Contains(logs.String(), "topic=audit") {
+		t.Fatalf("%d warnings, want one for audit:\n%s", n, logs.String())
 	}
 }
 
@@ -255,20 +293,31 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 		// merged: the id's next transaction writes the partition and is
 		// left open, continuing the hanging one (see merged.go).
 		merged bool
-	}{{"closed", false, false}, {"refused", true, false}, {"merged", false, true}} {
+		// second: the stray batch is on the sink's second topic (a job
+		// with two writes), which the coordinator no longer names.
+		second bool
+	}{{"closed", false, false, false}, {"refused", true, false, false}, {"merged", false, true, false}, {"second topic", false, false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctx(t)
 			topic, prefix := testcluster.UniqueName(t, "out"), testcluster.UniqueName(t, "txn")
 			c.CreateTopics(t, 2, topic)
+			strayTopic := topic
+			if tc.second {
+				strayTopic = testcluster.UniqueName(t, "rejects")
+				c.CreateTopics(t, 2, strayTopic)
+			}
 			cfg := Config[string]{Brokers: c.Brokers, Topic: topic, TransactionalIDPrefix: prefix, TransactionTimeout: time.Minute,
 				Encode:     func(s string) (*kgo.Record, error) { return &kgo.Record{Value: []byte(s), Partition: 0}, nil },
 				ClientOpts: []kgo.Opt{kgo.RecordPartitioner(kgo.ManualPartitioner())}}
 			id := TransactionalIDs(prefix, 0, cfg.poolSize())[0]
-			td, err := adm.ListTopics(ctx, topic)
+			if tc.second {
+				cfg.Topics = []string{strayTopic}
+			}
+			td, err := adm.ListTopics(ctx, strayTopic)
 			if err != nil {
 				t.Fatal(err)
 			}
-			topicID := td[topic].ID
+			topicID := td[strayTopic].ID
 			prev, err := kgo.NewClient(kgo.SeedBrokers(c.Brokers...), kgo.TransactionalID(id), kgo.DefaultProduceTopic(topic),
 				kgo.RecordPartitioner(kgo.ManualPartitioner()))
 			if err != nil {
@@ -308,7 +357,7 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 				req := kmsg.NewPtrProduceRequest()
 				req.TransactionID, req.Acks, req.TimeoutMillis = &id, -1, 10_000
 				rt := kmsg.NewProduceRequestTopic()
-				rt.Topic, rt.TopicID = topic, topicID
+				rt.Topic, rt.TopicID = strayTopic, topicID
 				rp := kmsg.NewProduceRequestTopicPartition()
 				rp.Partition, rp.Records = 1, rawTxnBatch(pid, epoch, []byte("stray"))
 				rt.Partitions = append(rt.Partitions, rp)
@@ -344,7 +393,7 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 			})
 			open := func() int64 {
 				t.Helper()
-				ds, err := adm.DescribeProducers(ctx, kadm.TopicsSet{topic: {1: {}}})
+				ds, err := adm.DescribeProducers(ctx, kadm.TopicsSet{strayTopic: {1: {}}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -357,7 +406,7 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 				return start
 			}
 			if open() < 0 {
-				t.Fatalf("%s/1 holds no transaction of producer id %d open: the test made no hanging transaction", topic, pid)
+				t.Fatalf("%s/1 holds no transaction of producer id %d open: the test made no hanging transaction", strayTopic, pid)
 			}
 			if tc.merged {
 				if err := prev.BeginTransaction(); err != nil {
@@ -423,14 +472,14 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 			}
 			defer w.Close()
 			if s := open(); s >= 0 {
-				t.Fatalf("%s/1 still holds producer id %d's transaction open from %d after the writer opened", topic, pid, s)
+				t.Fatalf("%s/1 still holds producer id %d's transaction open from %d after the writer opened", strayTopic, pid, s)
 			}
 			// Closed as its coordinator decided, committed: read_committed
 			// sees the stray record, and the partition's stable offset moved
 			// past it.
-			got := consumeCommitted(t, c, topic, 1)
+			got := consumeCommitted(t, c, strayTopic, 1)
 			if len(got) != 1 || got[0] != "stray" {
-				t.Fatalf("read_committed %s/1: %q, want the committed stray record", topic, got)
+				t.Fatalf("read_committed %s/1: %q, want the committed stray record", strayTopic, got)
 			}
 		})
 	}

@@ -35,6 +35,10 @@ func Kafka[T any](cfg Config[T]) (*KafkaSink[T], error) {
 	return &KafkaSink[T]{cfg: cfg}, nil
 }
 
+// Topics returns the topics the sink writes, which a task's start asks for
+// transactions left open: Config.Topic, then Config.Topics.
+func (k *KafkaSink[T]) Topics() []string { return k.cfg.checkedTopics() }
+
 // Open implements engine.SinkOpener: the writer of one task. With
 // exactly-once delivery it commits restored first, then initialises every
 // transactional id of the task's pool (recovery order, see DESIGN.md).
@@ -149,6 +153,9 @@ type txnWriter[T any] struct {
 	// awaitTopicsLoaded).
 	topics []string
 	loaded []map[string]bool
+	// warned are the topics outside Config.Topic and Topics this writer
+	// wrote, and warned of.
+	warned map[string]bool
 	// landed are, per slot, where the first acknowledged record of its
 	// transaction landed: the committable's evidence (checkpoint.RecordAt).
 	landed []firstRecord
@@ -330,7 +337,7 @@ func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int, newer func(
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	closed, err := closeHanging(ctx, w.log, kadm.NewClient(adm), newer, w.cfg.Topic, w.ids, w.pids, w.epochs, before)
+	closed, err := closeHanging(ctx, w.log, kadm.NewClient(adm), newer, w.cfg.checkedTopics(), w.ids, w.pids, w.epochs, before)
 	if err := w.warnUnchecked(err); err != nil {
 		return err
 	}
@@ -352,8 +359,8 @@ func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int, newer func(
 func (w *txnWriter[T]) warnUnchecked(err error) error {
 	var unchecked *uncheckedError
 	if errors.As(err, &unchecked) {
-		w.log.Warn(unchecked.Error()+"; grant the worker's principal READ on the output topic (docs/operating.md, \"Transactions left open by a skipped marker\")",
-			"topic", w.cfg.Topic)
+		w.log.Warn(unchecked.Error()+"; grant the worker's principal READ on the output topics (docs/operating.md, \"Transactions left open by a skipped marker\")",
+			"topics", w.cfg.checkedTopics())
 		return nil
 	}
 	return err
@@ -492,8 +499,18 @@ func (w *txnWriter[T]) produce(ctx context.Context, r *kgo.Record) error {
 
 // noteTopic adds topic to the topics the open transaction wrote, once.
 func (w *txnWriter[T]) noteTopic(topic string) {
-	if !slices.Contains(w.topics, topic) {
-		w.topics = append(w.topics, topic)
+	if slices.Contains(w.topics, topic) {
+		return
+	}
+	w.topics = append(w.topics, topic)
+	if topic != w.cfg.Topic && !slices.Contains(w.cfg.Topics, topic) && !w.warned[topic] {
+		if w.warned == nil {
+			w.warned = map[string]bool{}
+		}
+		w.warned[topic] = true
+		w.log.Warn("writing to a topic the sink's Topics do not name: a task's start does not ask its partitions for transactions a skipped marker left open, "+
+			"which the next transaction of the same producer id there would then commit or abort with its own; name it in Topics (docs/operating.md, \"Transactions left open by a skipped marker\")",
+			"topic", topic, "sink_topic", w.cfg.Topic)
 	}
 }
 

@@ -161,7 +161,7 @@ func Write[T any](s Stream[T], name, topic string, encode Encoder[T]) {
 			return nil
 		}
 		if !shared {
-			if out := kafkaSink(j, env, name, topic, encode, false); out != nil {
+			if out := kafkaSink(j, env, name, []string{topic}, encode, false); out != nil {
 				Sink(s, name, out)
 			}
 			return nil
@@ -245,21 +245,23 @@ func (j *Job) resolve() {
 	}
 	if len(recs) > 1 { // fewer only where a write failed Build already
 		all := Stream[*kgo.Record]{j: j, p: engine.Union(WritesName, recs...)}
-		if out := kafkaSink(j, env, WritesName, env.Outputs[0], func(r *kgo.Record) (*kgo.Record, error) { return r, nil }, false); out != nil {
+		if out := kafkaSink(j, env, WritesName, env.Outputs, func(r *kgo.Record) (*kgo.Record, error) { return r, nil }, false); out != nil {
 			Sink(all, WritesName+"-sink", out)
 		}
 	}
 }
 
-// kafkaSink is the sink of topic in env, with the worker's delivery; a
-// KeyBy's (watermarks) writes the task's watermarks with its records and
-// counts nothing as the job's output.
-func kafkaSink[T any](j *Job, env *jobenv.Env, op, topic string, encode Encoder[T], watermarks bool, opts ...kgo.Opt) engine.SinkOpener[T] {
+// kafkaSink is the sink of topics in env (records go to the first unless
+// encoded for another), with the worker's delivery; a KeyBy's (watermarks)
+// writes the task's watermarks with its records and counts nothing as the
+// job's output.
+func kafkaSink[T any](j *Job, env *jobenv.Env, op string, topics []string, encode Encoder[T], watermarks bool, opts ...kgo.Opt) engine.SinkOpener[T] {
 	sc := sink.Config[T]{
 		Brokers:        env.Brokers,
 		ClientOpts:     append(slices.Clip(env.SinkOpts), opts...),
 		MaxRecordBytes: env.MaxRecordBytes,
-		Topic:          topic,
+		Topic:          topics[0],
+		Topics:         topics[1:],
 		Encode:         encode,
 		Delivery:       env.Delivery,
 		Compression:    env.Compression,
@@ -408,7 +410,7 @@ func KeyBy[K, T any](s Stream[T], name string, key func(T) K, keyCodec state.Cod
 	if env.Partitioner != nil {
 		opts = append(opts, kgo.RecordPartitioner(env.Partitioner))
 	}
-	if out := kafkaSink(j, env, name+"-write", topic, encode, true, opts...); out != nil {
+	if out := kafkaSink(j, env, name+"-write", []string{topic}, encode, true, opts...); out != nil {
 		Sink(WithEventTime(s, name+"-time"), name+"-write", out)
 	}
 	rc := source.Config[T]{

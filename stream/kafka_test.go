@@ -75,6 +75,17 @@ func TestTopicsResolved(t *testing.T) {
 			t.Errorf("operators %v lack %s", ops, op)
 		}
 	}
+	// That sink names both outputs: a task's start asks each for
+	// transactions a skipped marker left open.
+	type topicser interface{ Topics() []string }
+	if s, ok := plan.Committer(stream.WritesName + "-sink").(topicser); !ok {
+		t.Errorf("the writes' sink %T does not tell its topics", plan.Committer(stream.WritesName+"-sink"))
+	} else if got, want := s.Topics(), []string{"paid", "rejects"}; !slices.Equal(got, want) {
+		t.Errorf("the writes' sink asks %v at a start, want %v", got, want)
+	}
+	if s, ok := plan.Committer("by-value-write").(topicser); !ok || !slices.Equal(s.Topics(), []string{"shop-by-value-repartition"}) {
+		t.Errorf("the repartition's sink: %v", plan.Committer("by-value-write"))
+	}
 }
 
 // TestOneOfEachOverrides: --input and --output point a job's only read and

@@ -140,6 +140,9 @@ type Plan struct {
 // Name is the job's name.
 func (p *Plan) Name() string { return p.g.name }
 
+// Committer returns the two-phase-commit sink named name (nil if none).
+func (p *Plan) Committer(name string) Committer { return p.g.committers[name] }
+
 // Operators lists the names of the plan's operators in creation order.
 func (p *Plan) Operators() []string {
 	names := make([]string, len(p.g.nodes))
