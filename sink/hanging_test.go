@@ -430,7 +430,7 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 				if want := map[batchAt]int16{{topic, 1, 0}: epoch, {topic, 1, 1}: nextEpoch, {topic, 0, 0}: epoch}; err != nil || !maps.Equal(got, want) {
 					t.Fatalf("first epochs %v, %v; want %v", got, err, want)
 				}
-				_, err = Abort(ctx, plain, []checkpoint.Committable{{Operator: "out", TransactionalID: id, ProducerID: pid, Epoch: nextEpoch}})
+				_, err = Abort(ctx, plain, nil, []checkpoint.Committable{{Operator: "out", TransactionalID: id, ProducerID: pid, Epoch: nextEpoch}})
 				if me := (*MergedTransactionError)(nil); !errors.As(err, &me) {
 					t.Fatalf("Abort: %v; want a MergedTransactionError", err)
 				}

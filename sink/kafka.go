@@ -65,8 +65,10 @@ func (k *KafkaSink[T]) CheckCommittables(ctx context.Context, cs []checkpoint.Co
 }
 
 // AbortCommittables implements engine.Committer with Abort.
-func (k *KafkaSink[T]) AbortCommittables(ctx context.Context, cs []checkpoint.Committable) ([]engine.CommitOutcome, error) {
-	return k.ask(ctx, cs, Abort)
+func (k *KafkaSink[T]) AbortCommittables(ctx context.Context, log *slog.Logger, cs []checkpoint.Committable) ([]engine.CommitOutcome, error) {
+	return k.ask(ctx, cs, func(ctx context.Context, cl *kgo.Client, cs []checkpoint.Committable) ([]Status, error) {
+		return Abort(ctx, cl, log, cs)
+	})
 }
 
 // ask runs f with a client of its own: restores are rare.

@@ -546,7 +546,7 @@ func TestAbort(t *testing.T) {
 	if len(open) != 1 {
 		t.Fatalf("checkpoint 2 committables %+v, want one open transaction", open)
 	}
-	sts, err := Abort(ctx(t), e.plain, append(slices.Clone(done), open...))
+	sts, err := Abort(ctx(t), e.plain, nil, append(slices.Clone(done), open...))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -270,7 +270,7 @@ func readRound(ctx context.Context, opts []kgo.Opt, starts map[string]map[int32]
 // open at its coordinator, would abort an older transaction with it (see
 // findMerged). Restore aborts the transactions of a checkpoint it walks
 // back past, and a committed older one is a completed checkpoint's output.
-func refuseMergedAbort(ctx context.Context, cl *kgo.Client, c checkpoint.Committable) error {
+func refuseMergedAbort(ctx context.Context, cl *kgo.Client, log *slog.Logger, c checkpoint.Committable) error {
 	adm := kadm.NewClient(cl)
 	before, err := describeBefore(ctx, adm, map[int]string{0: c.TransactionalID})
 	if err != nil {
@@ -280,7 +280,6 @@ func refuseMergedAbort(ctx context.Context, cl *kgo.Client, c checkpoint.Committ
 	if !ok || b.state != "Ongoing" || b.pid != c.ProducerID || b.epoch != c.Epoch || len(b.topics) == 0 {
 		return nil // not open: aborting it ends nothing
 	}
-	log := slog.Default()
 	ms, err := findMerged(ctx, log, adm, readFirstEpochs(cl.Opts()),
 		[]openTxnAt{{txnID: c.TransactionalID, pid: c.ProducerID, epoch: c.Epoch, parts: b.topics}})
 	var unchecked *uncheckedError

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -125,15 +126,20 @@ func Check(ctx context.Context, cl *kgo.Client, committables []checkpoint.Commit
 // the transactions of a checkpoint it walks back past: from then on they
 // can no longer commit, whoever still holds them, so the coordinator's
 // record is final (DESIGN.md, "Decide what became of a committable from
-// the transaction coordinator's own record").
-func Abort(ctx context.Context, cl *kgo.Client, committables []checkpoint.Committable) ([]Status, error) {
+// the transaction coordinator's own record"). log (nil: none) hears of an
+// open transaction it aborts without the check for an older one in its
+// range (see refuseMergedAbort).
+func Abort(ctx context.Context, cl *kgo.Client, log *slog.Logger, committables []checkpoint.Committable) ([]Status, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	tv, err := transactionVersion(ctx, cl)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]Status, 0, len(committables))
 	for _, c := range committables {
-		if err := refuseMergedAbort(ctx, cl, c); err != nil {
+		if err := refuseMergedAbort(ctx, cl, log, c); err != nil {
 			return nil, err
 		}
 		st, err := endOne(ctx, cl, tv, c, false)

@@ -155,6 +155,7 @@ type Committer interface {
 	CheckCommittables(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error)
 	// AbortCommittables aborts those still open, so that no writer can
 	// commit them any more, and returns what became of each: CommitLost
-	// once aborted, CommitDone if their writer committed them first.
-	AbortCommittables(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error)
+	// once aborted, CommitDone if their writer committed them first. log
+	// is the restoring task's.
+	AbortCommittables(ctx context.Context, log *slog.Logger, cs []checkpoint.Committable) ([]CommitOutcome, error)
 }

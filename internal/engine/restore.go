@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -98,7 +99,7 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 			// check said resumable (its check of the claims passed before
 			// this owner claimed): aborted, they cannot, and one it
 			// committed first shows as committed.
-			outcomes, err := t.sinkCommitters().abort(ctx, step.abort)
+			outcomes, err := t.sinkCommitters().abort(ctx, t.log, step.abort)
 			if err != nil {
 				return 0, fmt.Errorf("abort the open transactions of the checkpoints walked back past: %w", err)
 			}
@@ -155,8 +156,10 @@ func (s committerSet) check(ctx context.Context, cs []checkpoint.Committable) ([
 	return s.each(ctx, cs, Committer.CheckCommittables)
 }
 
-func (s committerSet) abort(ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
-	return s.each(ctx, cs, Committer.AbortCommittables)
+func (s committerSet) abort(ctx context.Context, log *slog.Logger, cs []checkpoint.Committable) ([]CommitOutcome, error) {
+	return s.each(ctx, cs, func(c Committer, ctx context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
+		return c.AbortCommittables(ctx, log, cs)
+	})
 }
 
 func (s committerSet) each(ctx context.Context, cs []checkpoint.Committable,

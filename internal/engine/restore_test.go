@@ -267,7 +267,7 @@ func (s *scriptedCommitter) CheckCommittables(_ context.Context, cs []checkpoint
 	return answer(cs, s.check), nil
 }
 
-func (s *scriptedCommitter) AbortCommittables(_ context.Context, cs []checkpoint.Committable) ([]CommitOutcome, error) {
+func (s *scriptedCommitter) AbortCommittables(_ context.Context, _ *slog.Logger, cs []checkpoint.Committable) ([]CommitOutcome, error) {
 	return answer(cs, s.abort), nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 
@@ -181,7 +182,7 @@ func (k txnSink[T]) CheckCommittables(ctx context.Context, cs []checkpoint.Commi
 }
 
 // AbortCommittables drops the pending ones, as an EndTxn(abort) does.
-func (k txnSink[T]) AbortCommittables(ctx context.Context, cs []checkpoint.Committable) ([]engine.CommitOutcome, error) {
+func (k txnSink[T]) AbortCommittables(ctx context.Context, _ *slog.Logger, cs []checkpoint.Committable) ([]engine.CommitOutcome, error) {
 	s := k.s
 	s.mu.Lock()
 	for _, c := range cs {
