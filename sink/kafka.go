@@ -31,6 +31,7 @@ func Kafka[T any](cfg Config[T]) (*KafkaSink[T], error) {
 		return nil, fmt.Errorf("kafka sink: %w", err)
 	}
 	cfg.Brokers = append([]string(nil), cfg.Brokers...)
+	cfg.Topics = append([]string(nil), cfg.Topics...)
 	cfg.ClientOpts = append([]kgo.Opt(nil), cfg.ClientOpts...)
 	return &KafkaSink[T]{cfg: cfg}, nil
 }
