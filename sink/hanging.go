@@ -62,6 +62,9 @@ type txnBefore struct {
 	// topics are the partitions of its transaction, if one was open
 	// (Ongoing, or preparing to end: then those still without markers).
 	topics kadm.TopicsSet
+	// deadline is when its coordinator aborts an Ongoing transaction (its
+	// start plus its timeout); zero if not Ongoing or not told.
+	deadline time.Time
 }
 
 // hangingTxn is a transaction a partition holds open under a slot's
@@ -309,7 +312,11 @@ func describeBefore(ctx context.Context, adm *kadm.Client, ids map[int]string) (
 				case d.Err != nil:
 					err = d.Err
 				default:
-					out[slot] = txnBefore{state: d.State, pid: d.ProducerID, epoch: d.ProducerEpoch, topics: d.Topics}
+					b := txnBefore{state: d.State, pid: d.ProducerID, epoch: d.ProducerEpoch, topics: d.Topics}
+					if d.State == "Ongoing" && d.StartTimestamp > 0 && d.TimeoutMillis > 0 {
+						b.deadline = time.UnixMilli(d.StartTimestamp + int64(d.TimeoutMillis))
+					}
+					out[slot] = b
 				}
 				if err != nil {
 					break

@@ -448,6 +448,12 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 				if !errors.As(err, &me) || !strings.Contains(err.Error(), fmt.Sprintf("%s/1 from offset", topic)) {
 					t.Fatalf("open: %v; want a MergedTransactionError naming %s/1", err, topic)
 				}
+				// By when to act: the open transaction's start plus its
+				// timeout (franz-go's default, 40 s), as its coordinator
+				// tells.
+				if now := time.Now(); me.Deadline.Before(now) || me.Deadline.After(now.Add(time.Minute)) || !strings.Contains(err.Error(), "Copy them before") {
+					t.Errorf("deadline %v (now %v): want the open transaction's timeout, within a minute", me.Deadline, now)
+				}
 				if open() < 0 {
 					t.Fatal("the merged transaction was ended anyway")
 				}

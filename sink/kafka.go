@@ -323,7 +323,7 @@ func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int, newer func(
 	var ongoing []openTxnAt
 	for i, b := range before {
 		if b.state == "Ongoing" && len(b.topics) > 0 {
-			ongoing = append(ongoing, openTxnAt{txnID: w.ids[i], pid: b.pid, epoch: b.epoch, parts: b.topics})
+			ongoing = append(ongoing, openTxnAt{txnID: w.ids[i], pid: b.pid, epoch: b.epoch, parts: b.topics, deadline: b.deadline})
 		}
 	}
 	merged, err := findMerged(ctx, w.log, kadm.NewClient(adm), w.firstEpochs(), ongoing)
@@ -671,8 +671,9 @@ func (w *txnWriter[T]) abortable(ctx context.Context) bool {
 		return false
 	case len(merged) > 0:
 		w.log.Error("open transaction not aborted: it continues an older transaction of the same producer id, whose marker its coordinator skipped, "+
-			"and aborting it would abort that one's records too; the next owner stops before initialising the transactional id and says what to do",
-			"transactional_id", w.ids[w.cur], "merged", fmt.Sprint(merged))
+			"and aborting it would abort that one's records too; the next owner stops before initialising the transactional id and says what to do, "+
+			"unless the transaction's timeout (--txn-timeout) passes first: its coordinator then aborts both",
+			"transactional_id", w.ids[w.cur], "merged", fmt.Sprint(merged), "txn_timeout", w.cfg.txnTimeout())
 		return false
 	}
 	return true

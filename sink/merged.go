@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -51,6 +52,8 @@ type openTxnAt struct {
 	pid   int64
 	epoch int16
 	parts kadm.TopicsSet
+	// deadline is when its coordinator aborts it (zero: not known).
+	deadline time.Time
 }
 
 // mergedTxn is an open range of a partition that holds an older
@@ -63,6 +66,7 @@ type mergedTxn struct {
 	start      int64 // the range's first offset
 	firstEpoch int16 // the epoch of the batch at start
 	epoch      int16 // the open transaction's
+	deadline   time.Time
 }
 
 func (m mergedTxn) String() string {
@@ -113,7 +117,7 @@ func findMerged(ctx context.Context, log *slog.Logger, adm hangingAdmin, firstEp
 				continue
 			}
 			found = append(found, mergedTxn{txnID: t.txnID, topic: p.Topic, partition: p.Partition, pid: p.ProducerID,
-				start: p.CurrentTxnStartOffset, firstEpoch: p.ProducerEpoch, epoch: t.epoch})
+				start: p.CurrentTxnStartOffset, firstEpoch: p.ProducerEpoch, epoch: t.epoch, deadline: t.deadline})
 			if p.ProducerEpoch >= t.epoch {
 				// The open transaction wrote here: the range holds an
 				// older one only if its first batch is older.
@@ -161,21 +165,35 @@ type MergedTransactionError struct {
 	// Abort lists the kafka-transactions.sh commands that end them, once
 	// the older transaction's records are copied.
 	Abort []string
+	// Deadline is when the first of the open transactions reaches its
+	// timeout and its coordinator aborts it, the older records with it
+	// (zero: not known).
+	Deadline time.Time
 }
 
 func (e *MergedTransactionError) Error() string {
-	return fmt.Sprintf("output partitions hold an open transaction that continues an older one of the same producer id, whose marker its coordinator skipped "+
+	s := fmt.Sprintf("output partitions hold an open transaction that continues an older one of the same producer id, whose marker its coordinator skipped "+
 		"(a partition without a leader at that moment): %s. "+
 		"Initialising the transactional id would abort both, and the older one may have committed (a checkpoint's output); "+
 		"committing both would duplicate the open one's records, which the restore replays. "+
 		"Copy the older transaction's records (read_uncommitted, from the offset named up to the first batch at the open epoch) and produce them again, "+
 		"then abort with %s; the task goes on at its next restart",
 		strings.Join(e.Merged, "; "), strings.Join(e.Abort, " and "))
+	if !e.Deadline.IsZero() {
+		s += fmt.Sprintf(". Copy them before %s (the open transaction's start plus its timeout, --txn-timeout): "+
+			"then its coordinator aborts it, the older records with it, and the next start finds nothing open and goes on without this error; "+
+			"the aborted records stay readable read_uncommitted until the topic's retention deletes them",
+			e.Deadline.UTC().Format(time.RFC3339))
+	}
+	return s
 }
 
 func mergedError(ms []mergedTxn) *MergedTransactionError {
 	e := &MergedTransactionError{}
 	for _, m := range ms {
+		if !m.deadline.IsZero() && (e.Deadline.IsZero() || m.deadline.Before(e.Deadline)) {
+			e.Deadline = m.deadline
+		}
 		e.Merged = append(e.Merged, m.String())
 		e.Abort = append(e.Abort, fmt.Sprintf("`kafka-transactions.sh --bootstrap-server BROKERS abort --topic %s --partition %d --start-offset %d`",
 			m.topic, m.partition, m.start))
@@ -281,7 +299,7 @@ func refuseMergedAbort(ctx context.Context, cl *kgo.Client, log *slog.Logger, c 
 		return nil // not open: aborting it ends nothing
 	}
 	ms, err := findMerged(ctx, log, adm, readFirstEpochs(cl.Opts()),
-		[]openTxnAt{{txnID: c.TransactionalID, pid: c.ProducerID, epoch: c.Epoch, parts: b.topics}})
+		[]openTxnAt{{txnID: c.TransactionalID, pid: c.ProducerID, epoch: c.Epoch, parts: b.topics, deadline: b.deadline}})
 	var unchecked *uncheckedError
 	switch {
 	case errors.As(err, &unchecked):

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -60,6 +62,19 @@ func TestFindMerged(t *testing.T) {
 	var me *MergedTransactionError
 	if !errors.As(err, &me) || len(me.Abort) != 1 || me.Abort[0] != "`kafka-transactions.sh --bootstrap-server BROKERS abort --topic out --partition 1 --start-offset 500`" {
 		t.Fatalf("error %v, want the abort command for out/1 from 500", err)
+	}
+	if !me.Deadline.IsZero() || strings.Contains(err.Error(), "Copy them before") {
+		t.Errorf("a deadline without the coordinator's: %v", err)
+	}
+	// The coordinator's deadline of the open transaction: the error says
+	// by when to act, before the timeout aborts the older records too.
+	txn.deadline = time.Date(2026, 12, 6, 18, 30, 0, 0, time.UTC)
+	if ms, err = findMerged(context.Background(), slog.New(slog.DiscardHandler), f, fakeFirstEpochs(first, &asked), []openTxnAt{txn}); err != nil {
+		t.Fatal(err)
+	}
+	err = mergedError(ms)
+	if !errors.As(err, &me) || !me.Deadline.Equal(txn.deadline) || !strings.Contains(err.Error(), "Copy them before 2026-12-06T18:30:00Z") {
+		t.Errorf("error %v (deadline %v), want the coordinator's deadline", err, me.Deadline)
 	}
 }
 
