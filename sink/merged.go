@@ -180,7 +180,7 @@ func (e *MergedTransactionError) Error() string {
 		"then abort with %s; the task goes on at its next restart",
 		strings.Join(e.Merged, "; "), strings.Join(e.Abort, " and "))
 	if !e.Deadline.IsZero() {
-		s += fmt.Sprintf(". Copy them before %s (the open transaction's start plus its timeout, --txn-timeout): "+
+		s += fmt.Sprintf(". Copy them before %s (by the broker's clock: the open transaction's start plus its timeout, --txn-timeout): "+
 			"then its coordinator aborts it, the older records with it, and the next start finds nothing open and goes on without this error; "+
 			"the aborted records stay readable read_uncommitted until the topic's retention deletes them",
 			e.Deadline.UTC().Format(time.RFC3339))
