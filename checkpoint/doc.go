@@ -31,6 +31,7 @@
 //	<job>/tasks/<task>/chk-<id, 20 digits>/e<epoch>-<attempt>/...
 //	                                                       files of that checkpoint only, one folder per writer (OwnerDir)
 //	<job>/tasks/<task>/owner-<epoch, 20 digits>            an owner's claim of the task (Claim)
+//	<job>/tasks/<task>/hold-<name>                         what stops the task until an operator releases it (Hold)
 //	<job>/shared/<task>/...                                immutable files shared by checkpoints (SharedDir)
 //	<job>/epochs/<epoch, 20 digits>                        fencing epochs allocated (NextEpoch)
 //	<job>/layout.json                                      the job's topics as its first run found them (Layout)

@@ -149,6 +149,8 @@ type TaskListing struct {
 	// CommitRecords are the names of the commit records (see
 	// CommitRecord), ascending.
 	CommitRecords []string
+	// Holds are the names of the task's holds (see Hold), ascending.
+	Holds []string
 }
 
 // ListTask lists a task's checkpoints and commit records, without reading
@@ -161,6 +163,10 @@ func ListTask(ctx context.Context, st Storage, job string, task int) (TaskListin
 	}
 	var l TaskListing
 	for _, name := range names {
+		if h, ok := holdName(job, task, name); ok {
+			l.Holds = append(l.Holds, h)
+			continue
+		}
 		id, rest, ok := parseCheckpointObject(job, task, name)
 		if !ok {
 			continue
@@ -176,6 +182,7 @@ func ListTask(ctx context.Context, st Storage, job string, task int) (TaskListin
 	slices.Sort(l.Completed)
 	l.Completed = slices.Compact(l.Completed)
 	slices.Sort(l.CommitRecords)
+	slices.Sort(l.Holds)
 	return l, nil
 }
 

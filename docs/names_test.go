@@ -185,7 +185,7 @@ func processorFlags(t *testing.T, root string) map[string]string {
 			return
 		}
 		flagsSeen = map[string]string{}
-		for _, args := range [][]string{{"run"}, {"generate"}, {"verify"}, {"demo"}, {"chaos"}, {"checkpoints", "list"}, {"checkpoints", "inspect"}, {"checkpoints", "record"}} {
+		for _, args := range [][]string{{"run"}, {"generate"}, {"verify"}, {"demo"}, {"chaos"}, {"checkpoints", "list"}, {"checkpoints", "inspect"}, {"checkpoints", "record"}, {"checkpoints", "holds"}, {"checkpoints", "release"}} {
 			cmd := exec.Command(bin, append(args, "-h")...)
 			cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
 			out, err := cmd.CombinedOutput()

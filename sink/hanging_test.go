@@ -335,14 +335,14 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 				t.Fatal(err)
 			}
 			// What Close asks before it aborts an open transaction.
-			abortable := func() bool {
+			abortable := func() (bool, error) {
 				t.Helper()
 				w := &txnWriter[string]{cfg: cfg, log: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 					ids: []string{id}, clients: []*kgo.Client{prev}, cur: 0, topics: []string{topic}}
 				return w.abortable(ctx)
 			}
-			if !abortable() {
-				t.Fatal("Close would not abort a transaction that continues no other")
+			if ok, err := abortable(); !ok || err != nil {
+				t.Fatalf("Close would not abort a transaction that continues no other (%v)", err)
 			}
 			// Produce below version 12 carries no transaction version 2,
 			// so the broker does not add the partition to the transaction
@@ -408,6 +408,7 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 			if open() < 0 {
 				t.Fatalf("%s/1 holds no transaction of producer id %d open: the test made no hanging transaction", strayTopic, pid)
 			}
+			var closeHold string // the hold Close's failure names
 			if tc.merged {
 				if err := prev.BeginTransaction(); err != nil {
 					t.Fatal(err)
@@ -415,9 +416,20 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 				if err := prev.ProduceSync(ctx, &kgo.Record{Value: []byte("the next transaction"), Partition: 1}).FirstErr(); err != nil {
 					t.Fatal(err)
 				}
-				if abortable() {
+				ok, err := abortable()
+				if ok {
 					t.Fatal("Close would abort the open transaction, and the committed stray record with it")
 				}
+				// Close fails with the error that holds the task
+				// (engine.Holding): nothing else would outlast the timeout.
+				var me *MergedTransactionError
+				if !errors.As(err, &me) || !strings.HasPrefix(me.HoldName(), "merged-transaction-") {
+					t.Fatalf("Close leaves the merged range open but fails with %v, not a *MergedTransactionError", err)
+				}
+				if me.Deadline.IsZero() || !strings.Contains(err.Error(), "Copy them before") {
+					t.Errorf("Close's error gives no deadline: %v", err)
+				}
+				closeHold = me.HoldName()
 				// Restore, walking back past a checkpoint that named the
 				// open transaction, would abort it too.
 				_, nextEpoch, err := prev.ProducerID(ctx)
@@ -453,6 +465,11 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 				// tells.
 				if now := time.Now(); me.Deadline.Before(now) || me.Deadline.After(now.Add(time.Minute)) || !strings.Contains(err.Error(), "Copy them before") {
 					t.Errorf("deadline %v (now %v): want the open transaction's timeout, within a minute", me.Deadline, now)
+				}
+				// The same ranges, the same hold: a start after the close
+				// does not hold the task twice for one failure.
+				if me.HoldName() != closeHold {
+					t.Errorf("open's hold %s, Close's %s: want one", me.HoldName(), closeHold)
 				}
 				if open() < 0 {
 					t.Fatal("the merged transaction was ended anyway")

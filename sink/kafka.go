@@ -632,31 +632,38 @@ func (w *txnWriter[T]) Commit(ctx context.Context, id checkpoint.ID) error {
 
 // Close aborts the open transaction, whose records no checkpoint names, so
 // that read_committed readers need not wait for its timeout. Pre-committed
-// transactions are left to the next owner's recovery.
+// transactions are left to the next owner's recovery. It fails only with a
+// *MergedTransactionError, when the open transaction continues an older one
+// and is left open for that (see abortable).
 func (w *txnWriter[T]) Close() error {
+	var merged error
 	if w.cur >= 0 && w.written > 0 && w.clients[w.cur] != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		cl := w.clients[w.cur]
-		if err := cl.AbortBufferedRecords(ctx); err == nil && w.abortable(ctx) {
-			if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
-				w.log.Debug("abort open transaction on close", "transactional_id", w.ids[w.cur], "err", err)
+		if err := cl.AbortBufferedRecords(ctx); err == nil {
+			var ok bool
+			if ok, merged = w.abortable(ctx); ok {
+				if err := cl.EndTransaction(ctx, kgo.TryAbort); err != nil {
+					w.log.Debug("abort open transaction on close", "transactional_id", w.ids[w.cur], "err", err)
+				}
 			}
 		}
 		cancel()
 	}
 	w.closeClients()
-	return nil
+	return merged
 }
 
 // abortable reports whether Close may abort the open transaction: whether
 // no partition it wrote holds an older transaction of the producer id in
-// the same open range (see merged.go). Unsure, it leaves the transaction
-// to the next owner, whose start checks it again, or to its timeout.
-func (w *txnWriter[T]) abortable(ctx context.Context) bool {
+// the same open range (see merged.go); if one does, it returns the
+// *MergedTransactionError saying so. Unsure, it leaves the transaction to
+// the next owner, whose start checks it again, or to its timeout.
+func (w *txnWriter[T]) abortable(ctx context.Context) (bool, error) {
 	cl := w.clients[w.cur]
 	pid, epoch, err := cl.ProducerID(ctx)
 	if err != nil {
-		return false
+		return false, nil
 	}
 	parts := kadm.TopicsSet{}
 	for _, t := range w.topics {
@@ -668,15 +675,19 @@ func (w *txnWriter[T]) abortable(ctx context.Context) bool {
 	case err != nil:
 		w.log.Info("open transaction left to the next owner or its timeout: could not check that aborting it takes no older transaction with it",
 			"transactional_id", w.ids[w.cur], "err", err)
-		return false
+		return false, nil
 	case len(merged) > 0:
 		w.log.Error("open transaction not aborted: it continues an older transaction of the same producer id, whose marker its coordinator skipped, "+
-			"and aborting it would abort that one's records too; the next owner stops before initialising the transactional id and says what to do, "+
-			"unless the transaction's timeout (--txn-timeout) passes first: its coordinator then aborts both",
+			"and aborting it would abort that one's records too; its coordinator aborts both at the transaction's timeout (--txn-timeout)",
 			"transactional_id", w.ids[w.cur], "merged", fmt.Sprint(merged), "txn_timeout", w.cfg.txnTimeout())
-		return false
+		e := mergedError(merged)
+		// The coordinator's deadline, for the hold's reason: best effort.
+		if before, err := describeBefore(ctx, kadm.NewClient(cl), map[int]string{0: w.ids[w.cur]}); err == nil && before[0].pid == pid {
+			e.Deadline = before[0].deadline
+		}
+		return false, e
 	}
-	return true
+	return true, nil
 }
 
 // firstEpochs reads batches with the writer's brokers and client options.

@@ -2,6 +2,8 @@ package sink
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -40,9 +42,13 @@ import (
 // checkpoint: they would be duplicated) nor an abort is right; an
 // operator copies the older transaction's records, then aborts.
 //
-// Not covered: an open range that the transaction timeout aborts (no
-// owner came back in time). Kafka ends it without asking anyone; Close's
-// ERROR is then the only trace.
+// A start or restore that finds such a range, and a Close that does not
+// abort the open transaction for one, fail with a *MergedTransactionError,
+// which holds the task (engine.Holding): the transaction timeout aborts the
+// open range without asking anyone, and after it nothing a start could
+// find would say what was lost. Not covered: a range open when its owner
+// died (kill -9) or when its Close could not check, which no start sees
+// before the timeout.
 
 // openTxnAt is a transaction open at its coordinator under a producer id
 // and epoch, with the partitions it may have written (a topic with no
@@ -177,15 +183,23 @@ func (e *MergedTransactionError) Error() string {
 		"Initialising the transactional id would abort both, and the older one may have committed (a checkpoint's output); "+
 		"committing both would duplicate the open one's records, which the restore replays. "+
 		"Copy the older transaction's records (read_uncommitted, from the offset named up to the first batch at the open epoch) and produce them again, "+
-		"then abort with %s; the task goes on at its next restart",
+		"then abort with %s",
 		strings.Join(e.Merged, "; "), strings.Join(e.Abort, " and "))
 	if !e.Deadline.IsZero() {
 		s += fmt.Sprintf(". Copy them before %s (by the broker's clock: the open transaction's start plus its timeout, --txn-timeout): "+
-			"then its coordinator aborts it, the older records with it, and the next start finds nothing open and goes on without this error; "+
-			"the aborted records stay readable read_uncommitted until the topic's retention deletes them",
+			"then its coordinator aborts it, the older records with it, and they stay readable only read_uncommitted, until the topic's retention deletes them",
 			e.Deadline.UTC().Format(time.RFC3339))
 	}
 	return s
+}
+
+// HoldName implements engine.Holding: the task holds until an operator
+// has dealt with the ranges. Nothing a later start can find keeps this
+// failure once the coordinator aborts the open transaction at its timeout;
+// the hold does. The name is the same for the same ranges.
+func (e *MergedTransactionError) HoldName() string {
+	sum := sha256.Sum256([]byte(strings.Join(e.Merged, "\n")))
+	return "merged-transaction-" + hex.EncodeToString(sum[:8])
 }
 
 func mergedError(ms []mergedTxn) *MergedTransactionError {

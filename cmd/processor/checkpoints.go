@@ -24,15 +24,18 @@ import (
 // also valid (its pending transactions still committable) only the broker
 // knows; a restoring task asks it.
 
-const checkpointsUsage = `usage: processor checkpoints <list|inspect|record> [flags]
+const checkpointsUsage = `usage: processor checkpoints <list|inspect|record|holds|release> [flags]
 
   list     completed checkpoints of a job per task: time, sizes, source positions,
            pending transactions; the newest of each task is marked
   inspect  one checkpoint's manifest: operators, files, positions, transactions
   record   record what became of a checkpoint's transactions that the broker
            forgot, found in the output topics or told with --outcome (writes)
+  holds    the holds of a job's tasks: what stops a task until an operator
+           releases it, and why
+  release  release a task's hold, once done what it says (writes)
 
-processor checkpoints <list|inspect|record> -h lists the flags.
+processor checkpoints <subcommand> -h lists the flags.
 `
 
 // checkpointsConfig is the configuration of `processor checkpoints`.
@@ -97,7 +100,7 @@ func (c *checkpointsConfig) id() (id checkpoint.ID, latest bool, err error) {
 func checkpointsCommand(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, checkpointsUsage)
-		return cli.UsageError{Err: errors.New("checkpoints: want a subcommand: list, inspect or record")}
+		return cli.UsageError{Err: errors.New("checkpoints: want a subcommand: list, inspect, record, holds or release")}
 	}
 	sub, args := args[0], args[1:]
 	var inspect bool
@@ -107,11 +110,13 @@ func checkpointsCommand(ctx context.Context, args []string, lookup func(string) 
 		inspect = true
 	case "record":
 		return recordCommand(ctx, args, lookup, stdout, stderr)
+	case "holds", "release":
+		return holdsCommand(ctx, args, lookup, stdout, stderr, sub == "release")
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, checkpointsUsage)
 		return nil
 	default:
-		return cli.UsageError{Err: fmt.Errorf("checkpoints: unknown subcommand %q, want list, inspect or record", sub)}
+		return cli.UsageError{Err: fmt.Errorf("checkpoints: unknown subcommand %q, want list, inspect, record, holds or release", sub)}
 	}
 
 	c := checkpointsConfig{Checkpoints: worker.DefaultConfig().Checkpoints, Job: "", Task: -1}

@@ -174,7 +174,7 @@ func TestCheckpointsErrors(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no subcommand", nil, 2, "want a subcommand: list, inspect or record"},
+		{"no subcommand", nil, 2, "want a subcommand: list, inspect, record, holds or release"},
 		{"unknown subcommand", []string{"show"}, 2, `unknown subcommand "show"`},
 		{"help", []string{"list", "-h"}, 0, "WEIR_SOME_FLAG"},
 		{"no name", []string{"list", "--checkpoints", uri}, 2, "--name: required"},

@@ -3,9 +3,10 @@
 //	processor run       run tasks of a job (count, balance or wordcount) on Kafka
 //	processor generate  write numbered test records (count) or transfers (balance) to a topic
 //	processor verify    check that a job's committed output has every input exactly once
-//	processor checkpoints list|inspect|record
+//	processor checkpoints list|inspect|record|holds|release
 //	                    show the checkpoints of a job in checkpoint storage; record
-//	                    what became of transactions the broker forgot
+//	                    what became of transactions the broker forgot; list and
+//	                    release the holds that stop tasks
 //	processor demo      all of the above on an embedded Kafka, with a crash and a restore
 //	processor chaos     the count job on several workers under random faults, verified
 //
@@ -35,10 +36,10 @@ commands:
             job share its tasks through a consumer group
   generate  write test records to a topic
   verify    read input and output read_committed and check exactly-once
-  checkpoints list|inspect|record
+  checkpoints list|inspect|record|holds|release
             show a job's completed checkpoints (sizes, positions, pending transactions)
             or one checkpoint's manifest; record what became of transactions the
-            broker forgot
+            broker forgot; list and release the holds that stop tasks
   demo      run the balance job on an embedded Kafka, crash it midway, restore, verify
   chaos     run the count job on several workers against a real broker and S3 while injecting
             faults (kill -9, SIGSTOP, SIGTERM, broker restarts, S3 and disk faults), then verify

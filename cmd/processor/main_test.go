@@ -22,7 +22,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"run", "--input", "a", "--output", "b", "--state-backend", "rocksdb"}, 2, `--state-backend: "rocksdb", want pebble or memory`},
 		{[]string{"run", "--input", "a", "--output", "b", "--checkpoints", "gs://bucket"}, 2, `--checkpoints: "gs://bucket"`},
 		{[]string{"run", "-h"}, 0, "-state-backend"},
-		{[]string{"checkpoints"}, 2, "want a subcommand: list, inspect or record"},
+		{[]string{"checkpoints"}, 2, "want a subcommand: list, inspect, record, holds or release"},
 		{[]string{"checkpoints", "list", "-h"}, 0, "-checkpoints"},
 		{[]string{"help"}, 0, "checkpoints list|inspect"},
 		{[]string{"generate", "--records", "-1"}, 2, "--topic: required"},

@@ -90,5 +90,8 @@
 // failing for a cause of its own under a flapping probe still gives up).
 // What a restart cannot mend ends it at
 // once: [ErrSuperseded], [ErrIncompatibleCheckpoint], [ErrNoValidCheckpoint],
-// [ErrMisKeyed] and checkpoint.ErrLayoutChanged.
+// [ErrMisKeyed] and checkpoint.ErrLayoutChanged. A failure that is
+// [Holding] (a sink's, whose evidence may not outlast it) writes a hold into
+// checkpoint storage, and every start of the task, on any worker, then
+// fails with a [HeldError] until an operator releases the hold.
 package engine

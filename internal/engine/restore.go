@@ -59,6 +59,11 @@ func (t *task) restore(ctx context.Context) (checkpoint.ID, error) {
 	if err != nil {
 		return 0, fmt.Errorf("list checkpoints: %w", err)
 	}
+	// Before anything is asked of the sinks: what a hold keeps may be what
+	// their answers would hide.
+	if err := t.held(ctx, listing.Holds); err != nil {
+		return 0, err
+	}
 	var ms []checkpoint.Manifest
 	for _, id := range listing.Completed {
 		m, err := checkpoint.ReadManifest(ctx, t.storage, t.job, t.id, id)

@@ -355,11 +355,16 @@ func (t *task) run(ctx context.Context) (err error) {
 	t.ctx = ctx
 	t.started = time.Now()
 	defer func() {
+		err = t.holdFor(err)
 		cancel()
 		t.uploads.Wait()
 		for _, c := range slices.Backward(t.closers) {
-			if cerr := c(); cerr != nil && err == nil {
-				err = cerr
+			// A closer's failure to keep is kept even when the run
+			// failed first (see Holding).
+			if cerr := c(); cerr != nil {
+				if cerr = t.holdFor(cerr); err == nil {
+					err = cerr
+				}
 			}
 		}
 	}()
