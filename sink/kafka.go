@@ -665,12 +665,23 @@ func (w *txnWriter[T]) abortable(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, nil
 	}
-	parts := kadm.TopicsSet{}
-	for _, t := range w.topics {
-		parts[t] = map[int32]struct{}{}
+	// Only the partitions the open transaction wrote, as its coordinator
+	// has them: the previous transaction's marker may still be on its way
+	// to another (a broker just restarted), its range open, and aborting
+	// this one does not touch a partition it did not write.
+	adm := kadm.NewClient(cl)
+	before, err := describeBefore(ctx, adm, map[int]string{0: w.ids[w.cur]})
+	if err != nil {
+		w.log.Info("open transaction left to the next owner or its timeout: could not ask its coordinator what it wrote",
+			"transactional_id", w.ids[w.cur], "err", err)
+		return false, nil
 	}
-	merged, err := findMerged(ctx, w.log, kadm.NewClient(cl), w.firstEpochs(),
-		[]openTxnAt{{txnID: w.ids[w.cur], pid: pid, epoch: epoch, parts: parts}})
+	b, ok := before[0]
+	if !ok || b.state != "Ongoing" || b.pid != pid || b.epoch != epoch || len(b.topics) == 0 {
+		return true, nil // nothing of it open: aborting ends nothing
+	}
+	merged, err := findMerged(ctx, w.log, adm, w.firstEpochs(),
+		[]openTxnAt{{txnID: w.ids[w.cur], pid: pid, epoch: epoch, parts: b.topics, deadline: b.deadline}})
 	switch {
 	case err != nil:
 		w.log.Info("open transaction left to the next owner or its timeout: could not check that aborting it takes no older transaction with it",
@@ -680,12 +691,7 @@ func (w *txnWriter[T]) abortable(ctx context.Context) (bool, error) {
 		w.log.Error("open transaction not aborted: it continues an older transaction of the same producer id, whose marker its coordinator skipped, "+
 			"and aborting it would abort that one's records too; its coordinator aborts both at the transaction's timeout (--txn-timeout)",
 			"transactional_id", w.ids[w.cur], "merged", fmt.Sprint(merged), "txn_timeout", w.cfg.txnTimeout())
-		e := mergedError(merged)
-		// The coordinator's deadline, for the hold's reason: best effort.
-		if before, err := describeBefore(ctx, kadm.NewClient(cl), map[int]string{0: w.ids[w.cur]}); err == nil && before[0].pid == pid {
-			e.Deadline = before[0].deadline
-		}
-		return false, e
+		return false, mergedError(merged)
 	}
 	return true, nil
 }
