@@ -211,6 +211,7 @@ type taskList struct {
 	highest  checkpoint.ID // highest id with a folder, completed or not
 	unread   int           // manifests that could not be read
 	notFound bool
+	holds    []string // what stops the task until released (checkpoint.Hold)
 }
 
 func listCheckpoints(ctx context.Context, st checkpoint.Storage, c checkpointsConfig, out io.Writer) error {
@@ -227,12 +228,12 @@ func listCheckpoints(ctx context.Context, st checkpoint.Storage, c checkpointsCo
 	}
 	var lists []taskList
 	for _, task := range tasks {
-		ids, highest, err := checkpoint.ListCheckpoints(ctx, st, job, task)
+		l, err := checkpoint.ListTask(ctx, st, job, task)
 		if err != nil {
 			return err
 		}
-		tl := taskList{task: task, highest: highest}
-		for _, id := range ids {
+		tl := taskList{task: task, highest: l.Highest, holds: l.Holds}
+		for _, id := range l.Completed {
 			m, err := checkpoint.ReadManifest(ctx, st, job, task, id)
 			switch {
 			case errors.Is(err, checkpoint.ErrNotFound):
@@ -329,6 +330,9 @@ func printList(out io.Writer, job, uri string, lists []taskList) {
 	for _, tl := range lists {
 		if n := len(tl.rows); n > 0 && tl.highest > tl.rows[n-1].Checkpoint {
 			fmt.Fprintf(out, "task %d: checkpoint %d was started after the newest and has no manifest (in progress, aborted or cut short)\n", tl.task, tl.highest)
+		}
+		if len(tl.holds) > 0 {
+			fmt.Fprintf(out, "task %d is held (%s): it does not start until released; `checkpoints holds` says why\n", tl.task, strings.Join(tl.holds, ", "))
 		}
 	}
 }

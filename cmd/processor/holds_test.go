@@ -23,6 +23,10 @@ func TestCheckpointsHolds(t *testing.T) {
 		!strings.Contains(out, "task 2, hold merged-transaction-0011: counts/1 from offset 5120 holds two transactions") {
 		t.Fatalf("holds: exit %d\n%s%s", code, out, stderr)
 	}
+	code, out, stderr = runCLI(t, env(), "checkpoints", "list", "--checkpoints", uri, "--name", "jobx")
+	if code != 0 || !strings.Contains(out, "task 2 is held (merged-transaction-0011): it does not start until released") {
+		t.Fatalf("list: exit %d, want task 2 shown held\n%s%s", code, out, stderr)
+	}
 	code, out, stderr = runCLI(t, env(), "checkpoints", "holds", "--checkpoints", uri, "--name", "jobx", "--task", "2", "--json")
 	var row holdRow
 	if err := json.Unmarshal([]byte(out), &row); code != 0 || err != nil || row.Task != 2 || row.Name != "merged-transaction-0011" || !row.Time.Equal(when) {
@@ -55,7 +59,7 @@ func TestCheckpointsHolds(t *testing.T) {
 	if code, out, _ = runCLI(t, env(), "checkpoints", "holds", "--checkpoints", uri, "--name", "jobx"); code != 0 || !strings.Contains(out, "no holds") {
 		t.Fatalf("holds after the release: exit %d\n%s", code, out)
 	}
-	if code, out, _ = runCLI(t, env(), "checkpoints", "list", "--checkpoints", uri, "--name", "jobx", "--task", "0"); code != 0 {
-		t.Fatalf("list after the release: exit %d\n%s", code, out)
+	if code, out, _ = runCLI(t, env(), "checkpoints", "list", "--checkpoints", uri, "--name", "jobx"); code != 0 || strings.Contains(out, "held") {
+		t.Fatalf("list after the release: exit %d, want no task held\n%s", code, out)
 	}
 }
