@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -97,6 +98,30 @@ func (c *checkpointsConfig) id() (id checkpoint.ID, latest bool, err error) {
 	return checkpoint.ID(n), false, nil
 }
 
+// registerStorage registers the flags that name a job's checkpoint
+// storage, which every checkpoints subcommand takes.
+func (c *checkpointsConfig) registerStorage(fs *flag.FlagSet) {
+	fs.StringVar(&c.Checkpoints, "checkpoints", c.Checkpoints, "checkpoint storage: file:///path or s3://bucket/prefix[?region=R&endpoint=URL&path_style=true], as given to run")
+	fs.StringVar(&c.Name, "name", c.Name, "job instance name, as given to run (default: --job)")
+	fs.StringVar(&c.Job, "job", c.Job, "the job, standing in for --name when that is unset (as in run)")
+}
+
+// openStorage opens checkpoint storage for a subcommand. Reading must not
+// create: checkpoint.Open makes a file:// root that does not exist, and a
+// mistyped path would then just look empty.
+func openStorage(ctx context.Context, uri string) (checkpoint.Storage, error) {
+	if dir, ok := strings.CutPrefix(uri, "file://"); ok {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return nil, cli.UsageError{Err: fmt.Errorf("--checkpoints: %s is not a directory", dir)}
+		}
+	}
+	st, err := checkpoint.Open(ctx, uri)
+	if err != nil {
+		return nil, cli.UsageError{Err: fmt.Errorf("--checkpoints: %w", err)}
+	}
+	return st, nil
+}
+
 func checkpointsCommand(ctx context.Context, args []string, lookup func(string) (string, bool), stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		fmt.Fprint(stderr, checkpointsUsage)
@@ -125,9 +150,7 @@ func checkpointsCommand(ctx context.Context, args []string, lookup func(string) 
 		synopsis = "Print the manifest of one checkpoint of one task (--id N, or --id latest)."
 	}
 	fs := cli.NewFlagSet("processor checkpoints "+sub, synopsis, stderr)
-	fs.StringVar(&c.Checkpoints, "checkpoints", c.Checkpoints, "checkpoint storage: file:///path or s3://bucket/prefix[?region=R&endpoint=URL&path_style=true], as given to run")
-	fs.StringVar(&c.Name, "name", c.Name, "job instance name, as given to run (default: --job)")
-	fs.StringVar(&c.Job, "job", c.Job, "the job, standing in for --name when that is unset (as in run)")
+	c.registerStorage(fs)
 	if inspect {
 		fs.IntVar(&c.Task, "task", c.Task, "task (input partition) of the checkpoint (required)")
 		fs.StringVar(&c.ID, "id", c.ID, "checkpoint id, or latest (required)")
@@ -141,16 +164,9 @@ func checkpointsCommand(ctx context.Context, args []string, lookup func(string) 
 	if err := c.validate(inspect); err != nil {
 		return cli.UsageError{Err: err}
 	}
-	// Reading must not create: checkpoint.Open makes a file:// root that
-	// does not exist, and a mistyped path would then just look empty.
-	if dir, ok := strings.CutPrefix(c.Checkpoints, "file://"); ok {
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return cli.UsageError{Err: fmt.Errorf("--checkpoints: %s is not a directory", dir)}
-		}
-	}
-	st, err := checkpoint.Open(ctx, c.Checkpoints)
+	st, err := openStorage(ctx, c.Checkpoints)
 	if err != nil {
-		return cli.UsageError{Err: fmt.Errorf("--checkpoints: %w", err)}
+		return err
 	}
 	if inspect {
 		return inspectCheckpoint(ctx, st, c, stdout)

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -33,9 +31,7 @@ func holdsCommand(ctx context.Context, args []string, lookup func(string) (strin
 		name, synopsis = "processor checkpoints release", "Release a task's hold, once done what its reason says: the task goes on at its next restart."
 	}
 	fs := cli.NewFlagSet(name, synopsis, stderr)
-	fs.StringVar(&c.Checkpoints, "checkpoints", c.Checkpoints, "checkpoint storage: file:///path or s3://bucket/prefix[?...], as given to run")
-	fs.StringVar(&c.Name, "name", c.Name, "job instance name, as given to run (default: --job)")
-	fs.StringVar(&c.Job, "job", c.Job, "the job, standing in for --name when that is unset (as in run)")
+	c.registerStorage(fs)
 	if release {
 		fs.IntVar(&c.Task, "task", c.Task, "the held task (required)")
 		fs.StringVar(&c.Hold, "hold", c.Hold, "the hold's name, as the task's error and `checkpoints holds` give it (required)")
@@ -58,14 +54,9 @@ func holdsCommand(ctx context.Context, args []string, lookup func(string) (strin
 	if err := errors.Join(errs...); err != nil {
 		return cli.UsageError{Err: err}
 	}
-	if dir, ok := strings.CutPrefix(c.Checkpoints, "file://"); ok {
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return cli.UsageError{Err: fmt.Errorf("--checkpoints: %s is not a directory", dir)}
-		}
-	}
-	st, err := checkpoint.Open(ctx, c.Checkpoints)
+	st, err := openStorage(ctx, c.Checkpoints)
 	if err != nil {
-		return cli.UsageError{Err: fmt.Errorf("--checkpoints: %w", err)}
+		return err
 	}
 	job := c.name()
 	if release {

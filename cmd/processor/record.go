@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -64,9 +63,7 @@ func recordCommand(ctx context.Context, args []string, lookup func(string) (stri
 		"Record in checkpoint storage what became of the transactions of one checkpoint that the broker forgot\n"+
 			"(transactional.id.expiration.ms) and no later checkpoint recorded, so that a restore can go on:\n"+
 			"--outcome committed or aborted, or --brokers and --topics to look for their records.", stderr)
-	fs.StringVar(&c.Checkpoints, "checkpoints", c.Checkpoints, "checkpoint storage: file:///path or s3://bucket/prefix[?...], as given to run")
-	fs.StringVar(&c.Name, "name", c.Name, "job instance name, as given to run (default: --job)")
-	fs.StringVar(&c.Job, "job", c.Job, "the job, standing in for --name when that is unset (as in run)")
+	c.registerStorage(fs)
 	fs.IntVar(&c.Task, "task", c.Task, "task (input partition) of the checkpoint (required)")
 	fs.StringVar(&c.ID, "id", c.ID, "checkpoint id, or latest (required): the one the restore refused")
 	fs.StringVar(&c.Outcome, "outcome", c.Outcome, "committed or aborted: what you found; empty: look for the records in --topics")
@@ -79,14 +76,9 @@ func recordCommand(ctx context.Context, args []string, lookup func(string) (stri
 	if err := c.validate(); err != nil {
 		return cli.UsageError{Err: err}
 	}
-	if dir, ok := strings.CutPrefix(c.Checkpoints, "file://"); ok {
-		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
-			return cli.UsageError{Err: fmt.Errorf("--checkpoints: %s is not a directory", dir)}
-		}
-	}
-	st, err := checkpoint.Open(ctx, c.Checkpoints)
+	st, err := openStorage(ctx, c.Checkpoints)
 	if err != nil {
-		return cli.UsageError{Err: fmt.Errorf("--checkpoints: %w", err)}
+		return err
 	}
 	job := c.name()
 	l, err := checkpoint.ListTask(ctx, st, job, c.Task)
