@@ -120,7 +120,11 @@ func demo(ctx context.Context, c demoConfig, out, stderr io.Writer) (res demoRes
 	ctx, cancel := context.WithTimeout(ctx, c.Timeout)
 	defer cancel()
 	began := time.Now()
+	// p is called from the tasks' observer too, while the job runs on.
+	var outMu sync.Mutex
 	p := func(format string, args ...any) {
+		outMu.Lock()
+		defer outMu.Unlock()
 		fmt.Fprintf(out, "%5.1fs  "+format+"\n", append([]any{time.Since(began).Seconds()}, args...)...)
 	}
 
