@@ -32,18 +32,24 @@ func (w closeFails[T]) Close() error {
 	return w.err
 }
 
-// heldLog counts the failures of a task that were a *engine.HeldError.
+// heldLog counts the failures of a task that were a *engine.HeldError,
+// and closes heldTimes once there were five.
 type heldLog struct {
 	engine.NopObserver
 	mu            sync.Mutex
 	held, restore int
+	heldTimes     chan struct{}
 }
+
+func newHeldLog() *heldLog { return &heldLog{heldTimes: make(chan struct{})} }
 
 func (l *heldLog) TaskFailed(_ string, _ int, err error, _ bool) {
 	var h *engine.HeldError
 	if errors.As(err, &h) {
 		l.mu.Lock()
-		l.held++
+		if l.held++; l.held == 5 {
+			close(l.heldTimes)
+		}
 		l.mu.Unlock()
 	}
 }
@@ -87,7 +93,7 @@ func TestHoldStopsTheTaskUntilReleased(t *testing.T) {
 				return closeFails[update]{w, holdingErr{"lost-1"}}, nil
 			})
 			plan := countJob(t, records, 10, 1, nil, sink)
-			obs := &heldLog{}
+			obs := newHeldLog()
 			cfg := engine.Config{Storage: st, StateDir: t.TempDir(), Tasks: []int{0}, Observer: obs,
 				RestartBackoff: 5 * time.Millisecond, MaxRestartBackoff: 20 * time.Millisecond, MaxRestarts: -1}
 			cfg.Checkpoint.Interval = 20 * time.Millisecond
@@ -97,7 +103,7 @@ func TestHoldStopsTheTaskUntilReleased(t *testing.T) {
 				// comes then, after the output committed.
 				first := cfg
 				first.MaxRestarts = 1 // the held restart, then give up
-				first.Observer = &heldLog{}
+				first.Observer = newHeldLog()
 				err := engine.Run(ctx, plan, first)
 				if err == nil || !strings.Contains(err.Error(), "held until an operator releases it") {
 					t.Fatalf("Run: %v; want the close's failure, saying the task is held", err)
@@ -106,16 +112,21 @@ func TestHoldStopsTheTaskUntilReleased(t *testing.T) {
 					t.Fatalf("first run committed %d results, want %d", n, records)
 				}
 			}
-			done := make(chan error, 1)
+			var runErr error
+			finished := make(chan struct{})
 			rctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			go func() { done <- engine.Run(rctx, plan, cfg) }()
-			deadline := time.Now().Add(20 * time.Second)
-			for held, _ := obs.counts(); held < 5; held, _ = obs.counts() {
-				if time.Now().After(deadline) {
-					t.Fatalf("the task failed held %d times in 20 s, want 5", held)
-				}
-				time.Sleep(5 * time.Millisecond)
+			go func() {
+				defer close(finished)
+				runErr = engine.Run(rctx, plan, cfg)
+			}()
+			defer func() { cancel(); <-finished }()
+			select {
+			case <-obs.heldTimes:
+			case <-finished:
+				t.Fatalf("Run ended before the task failed held five times: %v", runErr)
+			case <-time.After(20 * time.Second):
+				held, _ := obs.counts()
+				t.Fatalf("the task failed held %d times in 20 s, want 5", held)
 			}
 			holds, err := checkpoint.Holds(ctx, st, "count", 0)
 			if err != nil || len(holds) != 1 || holds[0].Name != "lost-1" || !strings.Contains(holds[0].Reason, "lost track of lost-1") || holds[0].Time.IsZero() {
@@ -135,9 +146,9 @@ func TestHoldStopsTheTaskUntilReleased(t *testing.T) {
 				t.Fatal(err)
 			}
 			select {
-			case err := <-done:
-				if err != nil {
-					t.Fatalf("released, Run: %v", err)
+			case <-finished:
+				if runErr != nil {
+					t.Fatalf("released, Run: %v", runErr)
 				}
 			case <-time.After(30 * time.Second):
 				t.Fatal("released, the task did not run to its end in 30 s")
