@@ -30,8 +30,8 @@ type Hold struct {
 	Reason string    `json:"reason"`
 }
 
-// HoldObject is the object name of a task's hold.
-func HoldObject(job string, task int, name string) string {
+// holdObject is the object name of a task's hold.
+func holdObject(job string, task int, name string) string {
 	return tasksDir(job, task) + holdPrefix + name
 }
 
@@ -63,7 +63,7 @@ func PutHold(ctx context.Context, st Storage, job string, task int, h Hold) erro
 	if err != nil {
 		return err
 	}
-	err = st.PutIfAbsent(ctx, HoldObject(job, task, h.Name), append(b, '\n'))
+	err = st.PutIfAbsent(ctx, holdObject(job, task, h.Name), append(b, '\n'))
 	if err != nil && !errors.Is(err, ErrExists) {
 		return fmt.Errorf("hold task %d of %s: %w", task, job, err)
 	}
@@ -95,7 +95,7 @@ func ReadHolds(ctx context.Context, st Storage, job string, task int, names []st
 }
 
 func readHold(ctx context.Context, st Storage, job string, task int, name string) (Hold, error) {
-	object := HoldObject(job, task, name)
+	object := holdObject(job, task, name)
 	rc, err := st.Get(ctx, object)
 	if err != nil {
 		return Hold{}, fmt.Errorf("read hold %s: %w", object, err)
@@ -132,7 +132,7 @@ func ReleaseHold(ctx context.Context, st Storage, job string, task int, name str
 	if _, err := readHold(ctx, st, job, task, name); err != nil {
 		return fmt.Errorf("release hold of task %d of %s: %w", task, job, err)
 	}
-	if err := st.Delete(ctx, HoldObject(job, task, name)); err != nil {
+	if err := st.Delete(ctx, holdObject(job, task, name)); err != nil {
 		return fmt.Errorf("release hold %s of task %d of %s: %w", name, task, job, err)
 	}
 	return nil
