@@ -20,7 +20,7 @@ import (
 
 const holdPrefix = "hold-"
 
-// maxHoldSize bounds what ReadHold reads: a reason is a paragraph.
+// maxHoldSize bounds what readHold reads: a reason is a paragraph.
 const maxHoldSize = 1 << 20
 
 // Hold is what stops a task until an operator releases it.
