@@ -9,7 +9,9 @@
 // --systems --runs times on it:
 //
 //   - passthrough: plain franz-go, read_committed consume -> produce (the
-//     limit: no state, no transactions);
+//     limit: no state, no transactions); with --passthrough-value-bytes 42
+//     it pads each value it writes to the count job's result's average
+//     size, the limit at the same output bytes;
 //   - weir: `processor run --job count`, exactly-once sink, Pebble state,
 //     checkpoints every --interval;
 //   - flink: the same job on Apache Flink 2.x in one JVM (embedded mini
@@ -116,6 +118,7 @@ func main() {
 	weirFlags := flag.String("weir-flags", "", "more flags of weir's processor, space-separated (e.g. \"--http-addr 127.0.0.1:8089\" to profile it)")
 	flag.StringVar(&c.processorB, "processor-b", "", "the processor binary of the system weir-b, to compare two builds (default: --processor's)")
 	weirBFlags := flag.String("weir-b-flags", "", "more flags of weir-b's processor, space-separated (instead of --weir-flags), to compare two settings")
+	flag.IntVar(&c.passthroughBytes, "passthrough-value-bytes", 0, "pad each value the passthrough writes to this many bytes, at its front (0: copy it as read); 45 is the count job's result, to compare the two at the same output bytes")
 	svg := flag.String("svg", "", "also draw the figures as an SVG chart into this file")
 	flag.Usage = func() {
 		fmt.Fprintln(os.Stderr, "usage: bench --brokers host:port [flags]")
@@ -204,6 +207,10 @@ type config struct {
 	processorB     string        // weir-b's processor; "": processor
 	weirBFlags     []string      // more flags of weir-b's processor
 	brokerPID      int           // the broker's process, to measure its CPU; 0: unknown
+	// passthroughBytes pads each value the passthrough writes to this many
+	// bytes (0: copied as read), so that its output can weigh what the
+	// count job's does.
+	passthroughBytes int
 }
 
 // childMain runs the processes bench starts of itself: `bench

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"math"
 	"os"
@@ -354,5 +355,24 @@ func TestWeirB(t *testing.T) {
 		if !want.MatchString(out.String()) {
 			t.Errorf("no line matching %s in\n%s", want, out.String())
 		}
+	}
+}
+
+func TestPadValue(t *testing.T) {
+	pad := bytes.Repeat([]byte{'.'}, 8)
+	for _, tc := range []struct{ pad, v, want string }{
+		{string(pad), "123", ".....123"},
+		{string(pad), "12345678", "12345678"},
+		{string(pad), "123456789", "123456789"},
+		{"", "123", "123"},
+		{string(pad), "", "........"},
+	} {
+		if got := padValue([]byte(tc.pad), []byte(tc.v)); string(got) != tc.want {
+			t.Errorf("padValue(%q, %q) = %q, want %q", tc.pad, tc.v, got, tc.want)
+		}
+	}
+	v := []byte("12")
+	if p := padValue(pad, v); &p[len(p)-1] == &v[1] {
+		t.Error("the padded value shares the record's buffer")
 	}
 }

@@ -35,7 +35,7 @@ func run(ctx context.Context, c config, log *slog.Logger) (report, error) {
 	if c.interval < time.Millisecond {
 		return rep, fmt.Errorf("--interval must be at least 1ms, got %v", c.interval)
 	}
-	if c.records < 0 || c.partitions <= 0 || c.keys <= 0 || c.runs <= 0 || c.latFor < 0 || c.latWarmup < 0 || (c.latFor > 0 || c.quotaBytes > 0) && c.latRate <= 0 ||
+	if c.records < 0 || c.passthroughBytes < 0 || c.partitions <= 0 || c.keys <= 0 || c.runs <= 0 || c.latFor < 0 || c.latWarmup < 0 || (c.latFor > 0 || c.quotaBytes > 0) && c.latRate <= 0 ||
 		c.restoreMB < 0 || c.restoreMB > 0 && c.restoreSession < time.Second || c.quotaBytes < 0 || c.quotaBytes > 0 && c.quotaFor <= 0 || len(c.systems) == 0 {
 		return rep, fmt.Errorf("bad settings %+v", c)
 	}
@@ -294,7 +294,7 @@ func (b *bench) start(s system, in, out, name, dir string, p *probe) (*exec.Cmd,
 	var cmd *exec.Cmd
 	switch s.kind {
 	case "passthrough":
-		cmd = exec.Command(b.self, "passthrough", brokers, in, out)
+		cmd = exec.Command(b.self, "passthrough", brokers, in, out, strconv.Itoa(b.c.passthroughBytes))
 	case "weir", "weir-b":
 		bin, args := b.weirCommand(s, in, out, name, dir, p != nil)
 		cmd = exec.Command(bin, args...)

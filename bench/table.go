@@ -14,6 +14,9 @@ import (
 func writeTable(w io.Writer, c config, res []result) {
 	fmt.Fprintf(w, "keyed running count: %d records (~100 bytes), %d partitions, %d keys; median of %d runs; steady state (first to last output visible)\n",
 		c.records, c.partitions, c.keys, c.runs)
+	if c.passthroughBytes > 0 {
+		fmt.Fprintf(w, "the passthrough pads each value it writes to %d bytes (--passthrough-value-bytes)\n", c.passthroughBytes)
+	}
 	fmt.Fprintf(w, "%-16s %9s %12s %20s %12s %14s %10s %14s %8s\n", "system", "interval", "records/s", "(range)", "cpu s / M", "peak RSS MiB", "total s", "vs passthrough", "vs weir")
 	for _, r := range res {
 		switch {

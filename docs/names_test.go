@@ -51,6 +51,7 @@ var (
 	otherEnv = map[string]string{
 		"WEIR_KAFKA_DIR":               "scripts/kafka",
 		"WEIR_KAFKA_PROXIED_LISTENERS": "scripts/kafka", // the chaos runner's listeners per worker
+		"WEIR_KAFKA_HEAP":              "scripts/kafka", // the broker's JVM heap flags
 		"WEIR_S3_ENDPOINT":             "internal/testcluster/s3.go",
 		"WEIR_TESTCONTAINERS":          "internal/testcluster/containers.go",
 		"WEIR_SOME_FLAG":               "internal/cli/cli.go",    // the pattern, in -h output
