@@ -211,6 +211,35 @@ func (g *inflightGate) held(now time.Time) bool {
 // inflight is the records written and not yet acknowledged.
 func (g *inflightGate) inflight() int64 { return g.written - g.acked.Load() }
 
+// drain returns once every record written has had its promise run, or
+// with ctx's error. A flush needs it after the client's Flush, which
+// waits only for the records franz-go buffered: a record it fails before
+// buffering it (larger than its buffer, produced outside a transaction,
+// its client closing) has its promise run on a goroutine of its own,
+// possibly after Flush returned, and a pre-commit that looked for
+// failures before that promise ran would vouch for a transaction without
+// the record.
+func (g *inflightGate) drain(ctx context.Context) error {
+	if g.inflight() <= 0 {
+		return nil
+	}
+	g.waiting.Store(true)
+	defer g.waiting.Store(false)
+	t := time.NewTimer(gateWindow)
+	defer t.Stop()
+	// Looked at again after waiting is set, as in wait.
+	for g.inflight() > 0 {
+		select {
+		case <-g.wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+			t.Reset(gateWindow)
+		}
+	}
+	return nil
+}
+
 // checkEvery is how many writes pass between looks at the records in
 // flight: an eighth of the bound, at most gateCheckMax.
 func (g *inflightGate) checkEvery() int64 { return min(max(g.limit/8, 1), gateCheckMax) }

@@ -226,13 +226,15 @@ func openTxn[T any](ctx context.Context, cfg Config[T], info engine.TaskInfo, lo
 	}
 	for i, id := range w.ids {
 		w.promises = append(w.promises, func(r *kgo.Record, err error) {
-			w.gate.done()
 			if err != nil {
 				w.failed.set(fmt.Errorf("an earlier record (%d bytes) to %s/%d failed in transaction %s: %w",
 					len(r.Key)+len(r.Value), r.Topic, r.Partition, id, err))
 			} else {
 				w.landed[i].note(r)
 			}
+			// Counted after the failure is set: a pre-commit whose drain
+			// saw this record done sees its failure too.
+			w.gate.done()
 			recycle(r)
 		})
 	}
@@ -575,6 +577,9 @@ func (w *txnWriter[T]) PreCommit(ctx context.Context, id checkpoint.ID) ([]check
 		if err := cl.Flush(ctx); err != nil {
 			return nil, fmt.Errorf("flush transaction %s: %w", w.ids[w.cur], err)
 		}
+		if err := w.gate.drain(ctx); err != nil {
+			return nil, fmt.Errorf("flush transaction %s: %w", w.ids[w.cur], err)
+		}
 		if err := w.failed.get(); err != nil {
 			return nil, err
 		}
@@ -726,6 +731,10 @@ type plainWriter[T any] struct {
 	// promised is w.promise, made once: a method value passed per record
 	// would be allocated per record.
 	promised func(*kgo.Record, error)
+	// gate only counts the records written and their promises run, for
+	// the flush to wait for all of them (inflightGate.drain); it paces
+	// nothing.
+	gate *inflightGate
 }
 
 func openPlain[T any](cfg Config[T], info engine.TaskInfo, log *slog.Logger) (*plainWriter[T], error) {
@@ -741,7 +750,8 @@ func openPlain[T any](cfg Config[T], info engine.TaskInfo, log *slog.Logger) (*p
 	if err != nil {
 		return nil, fmt.Errorf("kafka sink %s, task %d: kafka client: %w", info.Operator, info.Task, err)
 	}
-	w := &plainWriter[T]{cfg: cfg, cl: cl, flush: cfg.delivery() == AtLeastOnce, log: log, marks: newMarks(cfg, info)}
+	w := &plainWriter[T]{cfg: cfg, cl: cl, flush: cfg.delivery() == AtLeastOnce, log: log, marks: newMarks(cfg, info),
+		gate: newInflightGate(0, maxInFlight, time.Now)}
 	w.promised = w.promise
 	return w, nil
 }
@@ -757,6 +767,7 @@ func (w *plainWriter[T]) WriteAt(ctx context.Context, v T, ts int64) error {
 	if err != nil {
 		return err
 	}
+	w.gate.sent()
 	w.cl.Produce(ctx, r, w.promised)
 	return nil
 }
@@ -766,6 +777,7 @@ func (w *plainWriter[T]) Watermark(wm engine.Watermark) { w.marks.take(wm) }
 
 func (w *plainWriter[T]) promise(r *kgo.Record, err error) {
 	defer recycle(r)
+	defer w.gate.done() // after the failure is set: a drained flush sees it
 	if err == nil {
 		return
 	}
@@ -781,6 +793,7 @@ func (w *plainWriter[T]) promise(r *kgo.Record, err error) {
 
 func (w *plainWriter[T]) PreCommit(ctx context.Context, _ checkpoint.ID) ([]checkpoint.Committable, error) {
 	err := w.marks.write(ctx, func(ctx context.Context, r *kgo.Record) error {
+		w.gate.sent()
 		w.cl.Produce(ctx, r, w.promised)
 		return nil
 	})
@@ -791,6 +804,9 @@ func (w *plainWriter[T]) PreCommit(ctx context.Context, _ checkpoint.ID) ([]chec
 		return nil, nil
 	}
 	if err := w.cl.Flush(ctx); err != nil {
+		return nil, fmt.Errorf("flush: %w", err)
+	}
+	if err := w.gate.drain(ctx); err != nil {
 		return nil, fmt.Errorf("flush: %w", err)
 	}
 	return nil, w.failed.get()

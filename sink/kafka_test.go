@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -680,4 +681,55 @@ func TestReinitialisedDecidedByLog(t *testing.T) {
 		t.Fatalf("Validate of a committable whose record is another producer's: %v, want ErrUnknownOutcome", err)
 	}
 	e.wantCommitted("a", "b", "plain")
+}
+
+// TestFlushWaitsForRecordsFailedBeforeBuffering: franz-go fails some
+// records before it buffers them (here one larger than the client's
+// MaxBufferedBytes) and runs their promise on a goroutine of its own,
+// which its Flush does not wait for. The barrier's flush must still see
+// the failure: a pre-commit that returned first would put the transaction,
+// without the record, in the checkpoint, and its commit would follow.
+func TestFlushWaitsForRecordsFailedBeforeBuffering(t *testing.T) {
+	for _, d := range []Delivery{ExactlyOnce, AtLeastOnce} {
+		t.Run(string(d), func(t *testing.T) {
+			e := newEnv(t)
+			cfg := e.config()
+			if d == AtLeastOnce {
+				cfg.Delivery, cfg.TransactionalIDPrefix, cfg.TransactionTimeout = d, "", 0
+			}
+			cfg.ClientOpts = []kgo.Opt{kgo.MaxBufferedBytes(1000)}
+			// Several writers: unfixed, the promise loses the race to the
+			// pre-commit's look at the failures most of the time, not
+			// always.
+			id := checkpoint.ID(0)
+			for round := range 5 {
+				w, err := e.open(cfg, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				// Every slot's client writes and commits once first, so
+				// that it knows the topic: the flush then has nothing to
+				// wait for but the record below.
+				for range cfg.poolSize() {
+					id++
+					write(t, w, "small")
+					preCommit(t, w, id)
+					commit(t, w, id)
+				}
+				// Alone in its interval: a record buffered with it would
+				// have Flush wait for a produce, long enough for the
+				// promise to run anyway.
+				id++
+				write(t, w, strings.Repeat("x", 2000))
+				cs, err := w.PreCommit(ctx(t), id)
+				w.Close()
+				if err == nil {
+					t.Fatalf("round %d: pre-commit returned %d committables and no error, though a record of its interval was never written", round, len(cs))
+				}
+				if !errors.Is(err, kerr.MessageTooLarge) {
+					t.Fatalf("round %d: pre-commit failed with %v, want the record's MESSAGE_TOO_LARGE", round, err)
+				}
+			}
+		})
+	}
 }
