@@ -36,15 +36,20 @@ func (p *Pebble) Restore(ctx context.Context, st checkpoint.Storage, handle chec
 	if p.db == nil {
 		return ErrClosed
 	}
-	// The value caches stay as they are until the restore succeeds: a
-	// failed one leaves the state as it was, their writes included (the
-	// next snapshot writes them out).
-	p.dropWindow()
+	// The value caches stay as they are until the DB is replaced, and the
+	// writes of an open write window go to the DB first (its cut waited
+	// for): a failed restore leaves the state as it was, their writes
+	// included (the next snapshot writes them out).
+	var werr error
+	if p.window != nil {
+		werr = p.closeWindow()
+	}
 	start := time.Now()
 	var c restoreCounters
 	err := p.restore(ctx, st, handle, &c)
-	if err == nil {
-		p.dropValues()
+	if err != nil && werr != nil {
+		// The DB is the one that lost the window's writes, broken.
+		err = errors.Join(err, werr)
 	}
 	s := RestoreStats{
 		Files:           len(handle.Files),
@@ -112,6 +117,8 @@ func (p *Pebble) restore(ctx context.Context, st checkpoint.Storage, handle chec
 
 	old, oldDir, oldLock := p.db, p.dbDir, p.lock
 	p.db, p.health, p.dbDir, p.lock, p.instance, p.shared = db, health, dbDir, lock, inst, newSharedSet(have)
+	// The caches are of the replaced DB, whatever happens below.
+	p.dropValues()
 	p.dropChain() // of the replaced instance: the next snapshot is a base
 	p.flushing = nil
 	p.catalog = cat
