@@ -33,10 +33,14 @@ import (
 // nothing said. Flink's and Kafka Streams' sinks meet the same.
 //
 // A writer opens its slots with InitProducerID, which aborts what a
-// previous owner left open. closeHanging checks, after that, the partitions
-// those transactions wrote (DescribeTransactions, before the slots are
-// initialised, names them) for one still open under the slot's producer id
-// at an older epoch. One the coordinator decided (the previous owner's
+// previous owner left open. closeHanging checks, after that, every
+// partition of the sink's topics for a transaction still open under the
+// slot's producer id at an older epoch. Not only those the coordinator
+// names (DescribeTransactions, before the slots are initialised): it drops
+// a partition from a transaction's as soon as it skips the partition's
+// marker, while the transaction is still preparing to end, and an older
+// owner still running may add partitions to an Ongoing one after the
+// record was read. One the coordinator decided (the previous owner's
 // open transaction, which the InitProducerID aborted; or one it was
 // preparing to commit or abort) gets the marker it missed, written as
 // kafka-transactions.sh abort writes one (WriteTxnMarkers, KIP-664), before
@@ -60,7 +64,8 @@ type txnBefore struct {
 	pid   int64
 	epoch int16
 	// topics are the partitions of its transaction, if one was open
-	// (Ongoing, or preparing to end: then those still without markers).
+	// (Ongoing, or preparing to end: then those still waiting for their
+	// markers, not one whose marker was skipped).
 	topics kadm.TopicsSet
 	// deadline is when its coordinator aborts an Ongoing transaction (its
 	// start plus its timeout); zero if not Ongoing or not told.
@@ -87,25 +92,6 @@ type hangingTxn struct {
 func (h hangingTxn) String() string {
 	return fmt.Sprintf("%s/%d from offset %d (transactional id %s, producer id %d, epoch %d)",
 		h.topic, h.partition, h.start, h.txnID, h.pid, h.epoch)
-}
-
-// relevant reports whether the coordinator's record tells of a
-// transaction that may have missed a partition's marker: one open (its
-// partitions named), or one that ended (its partitions no longer named).
-//
-// Empty, the state an initialisation leaves, is one too: a transaction
-// that missed its marker before an earlier start of the task, whose check
-// then did not finish (the process died while a partition had no
-// leader), is still open. What became of it is no longer on record; it
-// is found, and left undecided.
-func (b txnBefore) relevant() bool {
-	switch b.state {
-	case "Ongoing", "PrepareCommit", "PrepareAbort":
-		return len(b.topics) > 0
-	case "CompleteCommit", "CompleteAbort", "Empty":
-		return true
-	}
-	return false
 }
 
 // decide sets what the coordinator decided for h from its record before
@@ -188,29 +174,28 @@ func (e *HangingTransactionError) Error() string {
 
 // closeHanging writes the markers the output's partitions missed, once
 // the slots are initialised (pids and epochs, per slot), or fails with a
-// *HangingTransactionError (see the top of this file). It looks where a
-// slot's last transaction may have written: the partitions its
-// coordinator names for one still open before the initialisation, all of
-// those of topics (the sink's) for one that had ended (the coordinator no
-// longer names them).
+// *HangingTransactionError (see the top of this file). It looks wherever a
+// slot's transactions may have written: every partition of topics (the
+// sink's), and any other its coordinator names, whatever the state of the
+// slot's record but Dead (Empty included: a transaction that missed its
+// marker before an earlier start of the task, whose check then did not
+// finish, is still open; what became of it is no longer on record, and it
+// is found and left undecided).
 // It returns what it closed.
 func closeHanging(ctx context.Context, log *slog.Logger, adm hangingAdmin, newer func(context.Context) (bool, error), topics []string, ids []string, pids []int64, epochs []int16, before map[int]txnBefore) ([]hangingTxn, error) {
-	parts, relevant, everyPartition := kadm.TopicsSet{}, map[int]txnBefore{}, false
+	parts, relevant := kadm.TopicsSet{}, map[int]txnBefore{}
 	for slot, b := range before {
-		if !b.relevant() || b.pid != pids[slot] {
-			continue // another producer id now: its transactions are not continued
+		if b.pid != pids[slot] || b.state == "Dead" {
+			continue // another producer id now, or soon (expired): its transactions are not continued
 		}
 		relevant[slot] = b
 		parts.Merge(b.topics)
-		everyPartition = everyPartition || len(b.topics) == 0
 	}
 	if len(relevant) == 0 {
 		return nil, nil
 	}
-	if everyPartition {
-		for _, t := range topics {
-			parts[t] = map[int32]struct{}{} // none named: kadm asks for all
-		}
+	for _, t := range topics {
+		parts[t] = map[int32]struct{}{} // none named: kadm asks for all
 	}
 	before = relevant
 	described := func() ([]kadm.DescribedProducer, error) { return describeWaiting(ctx, log, adm, parts) }
