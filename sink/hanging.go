@@ -143,6 +143,34 @@ func findHanging(ids []string, pids []int64, epochs []int16, before map[int]txnB
 	return out
 }
 
+// mergedHanging returns those of hs whose open range began at an older
+// epoch than its newest batch's (h.epoch, what DescribeProducers tells):
+// a marker skipped for an older transaction, and a later one of the same
+// producer id that wrote the partition and continued the range (see
+// merged.go). One marker ends the whole range, so no marker is right for
+// it: the two transactions' outcomes may differ.
+func mergedHanging(ctx context.Context, firstEpochs firstEpochsFunc, hs []hangingTxn) ([]mergedTxn, error) {
+	at := make([]batchAt, len(hs))
+	for i, h := range hs {
+		at[i] = batchAt{h.topic, h.partition, h.start}
+	}
+	first, err := firstEpochs(ctx, at)
+	if err != nil {
+		return nil, err
+	}
+	var out []mergedTxn
+	for _, h := range hs {
+		e, ok := first[batchAt{h.topic, h.partition, h.start}]
+		if !ok {
+			return nil, fmt.Errorf("no first batch read for %v", h)
+		}
+		if e < h.epoch {
+			out = append(out, mergedTxn{txnID: h.txnID, topic: h.topic, partition: h.partition, pid: h.pid, start: h.start, firstEpoch: e, epoch: h.epoch})
+		}
+	}
+	return out, nil
+}
+
 // hangingAdmin is what closeHanging asks the brokers (kadm.Client; tests
 // fake it).
 type hangingAdmin interface {
@@ -182,7 +210,7 @@ func (e *HangingTransactionError) Error() string {
 // finish, is still open; what became of it is no longer on record, and it
 // is found and left undecided).
 // It returns what it closed.
-func closeHanging(ctx context.Context, log *slog.Logger, adm hangingAdmin, newer func(context.Context) (bool, error), topics []string, ids []string, pids []int64, epochs []int16, before map[int]txnBefore) ([]hangingTxn, error) {
+func closeHanging(ctx context.Context, log *slog.Logger, adm hangingAdmin, firstEpochs firstEpochsFunc, newer func(context.Context) (bool, error), topics []string, ids []string, pids []int64, epochs []int16, before map[int]txnBefore) ([]hangingTxn, error) {
 	parts, relevant := kadm.TopicsSet{}, map[int]txnBefore{}
 	for slot, b := range before {
 		if b.pid != pids[slot] || b.state == "Dead" {
@@ -209,6 +237,12 @@ func closeHanging(ctx context.Context, log *slog.Logger, adm hangingAdmin, newer
 	hs := findHanging(ids, pids, epochs, before, ps)
 	if len(hs) == 0 {
 		return nil, nil
+	}
+	if ms, err := mergedHanging(ctx, firstEpochs, hs); err != nil || len(ms) > 0 {
+		if err != nil {
+			return nil, fmt.Errorf("read the first batches of %v: %w", hs, err)
+		}
+		return nil, mergedError(ms)
 	}
 	var undecided []string
 	for _, h := range hs {

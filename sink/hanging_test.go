@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"log/slog"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -56,6 +57,22 @@ func (f *fakeHangingAdmin) DescribeProducers(_ context.Context, s kadm.TopicsSet
 	return out, nil
 }
 
+// firstEpochsOf reads the first batch of each range f holds open as at
+// the range's newest epoch: nothing merged.
+func firstEpochsOf(f *fakeHangingAdmin) firstEpochsFunc {
+	return func(_ context.Context, at []batchAt) (map[batchAt]int16, error) {
+		out := map[batchAt]int16{}
+		for _, b := range at {
+			for _, d := range f.open[b.topic][b.partition] {
+				if d.CurrentTxnStartOffset == b.offset {
+					out[b] = d.ProducerEpoch
+				}
+			}
+		}
+		return out, nil
+	}
+}
+
 func (f *fakeHangingAdmin) WriteTxnMarkers(_ context.Context, ms ...kadm.TxnMarkers) (kadm.TxnMarkersResponses, error) {
 	if f.writeErr != nil {
 		return nil, f.writeErr
@@ -101,7 +118,7 @@ func chaosCase() (ids []string, pids []int64, epochs []int16, before map[int]txn
 
 func TestCloseHangingAbortsWhatTheInitAborted(t *testing.T) {
 	ids, pids, epochs, before, f := chaosCase()
-	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
+	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, firstEpochsOf(f), nil, []string{"out"}, ids, pids, epochs, before)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +170,7 @@ func TestCloseHangingDecided(t *testing.T) {
 			// Slot 1's record alone: the others' would have every
 			// partition asked anyway.
 			before := map[int]txnBefore{1: tc.before}
-			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
+			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, firstEpochsOf(f), nil, []string{"out"}, ids, pids, epochs, before)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -186,7 +203,7 @@ func TestCloseHangingUndecidedFails(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ids, pids, epochs, _, f := chaosCase()
 			before := map[int]txnBefore{1: b} // alone, as in TestCloseHangingDecided
-			_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
+			_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, firstEpochsOf(f), nil, []string{"out"}, ids, pids, epochs, before)
 			var he *HangingTransactionError
 			if !errors.As(err, &he) || !strings.Contains(err.Error(), "out/1 from offset 33727") || len(f.written) != 0 {
 				t.Fatalf("got %v, markers %+v; want a HangingTransactionError naming out/1 from 33727 and no marker", err, f.written)
@@ -198,7 +215,7 @@ func TestCloseHangingUndecidedFails(t *testing.T) {
 func TestCloseHangingWriteRefusedSaysHow(t *testing.T) {
 	ids, pids, epochs, before, f := chaosCase()
 	f.writeErr = kerr.ClusterAuthorizationFailed
-	_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
+	_, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, firstEpochsOf(f), nil, []string{"out"}, ids, pids, epochs, before)
 	var he *HangingTransactionError
 	if !errors.As(err, &he) || !strings.Contains(err.Error(), "kafka-transactions.sh --bootstrap-server BROKERS abort --topic out --partition 1 --start-offset 33727") ||
 		!strings.Contains(err.Error(), "CLUSTER_AUTHORIZATION_FAILED") {
@@ -216,7 +233,7 @@ func TestCloseHangingNothingToAsk(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ids, pids, epochs, before, f := chaosCase()
 			before = map[int]txnBefore{1: b}
-			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
+			closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, firstEpochsOf(f), nil, []string{"out"}, ids, pids, epochs, before)
 			if err != nil || len(closed) != 0 || f.described != 0 {
 				t.Fatalf("closed %v, %v, %d DescribeProducers; want nothing asked", closed, err, f.described)
 			}
@@ -225,7 +242,7 @@ func TestCloseHangingNothingToAsk(t *testing.T) {
 	// On record, but the marker landed: asked, nothing written.
 	ids, pids, epochs, before, f := chaosCase()
 	f.open["out"][1][0].CurrentTxnStartOffset = -1
-	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
+	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, firstEpochsOf(f), nil, []string{"out"}, ids, pids, epochs, before)
 	if err != nil || len(closed) != 0 || f.described != 1 || len(f.written) != 0 {
 		t.Fatalf("closed %v, %v, %d DescribeProducers, markers %v; want one question and no marker", closed, err, f.described, f.written)
 	}
@@ -240,11 +257,11 @@ func TestCloseHangingAsksEveryTopic(t *testing.T) {
 	f.open["rejects"] = map[int32][]kadm.DescribedProducer{0: f.open["out"][1][:1]}
 	f.open["rejects"][0][0].Topic, f.open["rejects"][0][0].Partition = "rejects", 0
 	f.open["out"] = nil
-	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out"}, ids, pids, epochs, before)
+	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, firstEpochsOf(f), nil, []string{"out"}, ids, pids, epochs, before)
 	if err != nil || len(closed) != 0 {
 		t.Fatalf("asking out only: closed %v, %v", closed, err)
 	}
-	closed, err = closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, nil, []string{"out", "rejects"}, ids, pids, epochs, before)
+	closed, err = closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, firstEpochsOf(f), nil, []string{"out", "rejects"}, ids, pids, epochs, before)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -559,5 +576,36 @@ func consumeCommitted(t *testing.T, c *testcluster.Cluster, topic string, p int3
 				out = append(out, v)
 			}
 		}
+	}
+}
+
+// TestCloseHangingMergedRangeHolds: out/1's open range began with a
+// transaction at epoch 670 whose commit marker was skipped, and the
+// slot's transaction at 671, whose abort marker was skipped too, continued
+// it. DescribeProducers tells the newest batch's epoch, 671, which the
+// record decides aborted; one abort marker would end the whole range, the
+// committed records of 670 with it. The start reads the range's first
+// batch and holds the task instead, writing nothing.
+func TestCloseHangingMergedRangeHolds(t *testing.T) {
+	ids, pids, epochs, _, f := chaosCase()
+	before := map[int]txnBefore{1: {state: "CompleteAbort", pid: 33, epoch: 672}}
+	var asked []batchAt
+	first := fakeFirstEpochs(map[batchAt]int16{{"out", 1, 33727}: 670}, &asked)
+	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, first, nil, []string{"out"}, ids, pids, epochs, before)
+	var me *MergedTransactionError
+	if !errors.As(err, &me) || len(me.Merged) != 1 || !strings.Contains(me.Merged[0], "out/1 from offset 33727") || !strings.Contains(me.Merged[0], "epoch 670") {
+		t.Fatalf("closed %v, %v; want a MergedTransactionError naming out/1 from 33727, epoch 670 then 671", closed, err)
+	}
+	if len(f.written) != 0 {
+		t.Errorf("markers written %+v, want none", f.written)
+	}
+	if !slices.Equal(asked, []batchAt{{"out", 1, 33727}}) {
+		t.Errorf("first batches read at %v, want out/1 at 33727", asked)
+	}
+	// Not merged: the first batch is the newest's epoch, and the abort is
+	// written.
+	ids, pids, epochs, _, f = chaosCase()
+	if closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, firstEpochsOf(f), nil, []string{"out"}, ids, pids, epochs, before); err != nil || len(closed) != 1 {
+		t.Fatalf("closed %v, %v; want out/1 aborted", closed, err)
 	}
 }

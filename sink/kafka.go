@@ -342,7 +342,7 @@ func (w *txnWriter[T]) initChecked(ctx context.Context, slots []int, newer func(
 	if err := g.Wait(); err != nil {
 		return err
 	}
-	closed, err := closeHanging(ctx, w.log, kadm.NewClient(adm), newer, w.cfg.checkedTopics(), w.ids, w.pids, w.epochs, before)
+	closed, err := closeHanging(ctx, w.log, kadm.NewClient(adm), w.firstEpochs(), newer, w.cfg.checkedTopics(), w.ids, w.pids, w.epochs, before)
 	if err := w.warnUnchecked(err); err != nil {
 		return err
 	}

@@ -42,6 +42,11 @@ import (
 // checkpoint: they would be duplicated) nor an abort is right; an
 // operator copies the older transaction's records, then aborts.
 //
+// A range found at a start with no transaction open any more (both
+// markers skipped: the older transaction's, then the one that continued
+// it) is one too: closeHanging reads its first batch before writing a
+// marker (mergedHanging), since one marker ends the whole range.
+//
 // A start or restore that finds such a range, and a Close that does not
 // abort the open transaction for one, fail with a *MergedTransactionError,
 // which holds the task (engine.Holding): the transaction timeout aborts the
