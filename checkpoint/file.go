@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // tempPrefix marks files being written; List never shows them and object
@@ -25,7 +26,16 @@ const tempPrefix = ".tmp-"
 // by several processes, on a filesystem with POSIX rename and link.
 type File struct {
 	root string
+	mu   sync.Mutex
+	// synced are folders whose name this File has synced into their
+	// parent (or made and synced): a folder found made, by another writer
+	// that may not have synced it yet, is synced again before it counts.
+	synced map[string]bool
 }
+
+// maxSynced bounds synced; past it the set starts afresh, which costs
+// only syncs done again.
+const maxSynced = 4096
 
 var _ Storage = (*File)(nil)
 
@@ -211,6 +221,7 @@ func (f *File) Delete(ctx context.Context, name string) error {
 		if os.Remove(f.path(dir)) != nil {
 			break
 		}
+		f.forget(f.path(dir))
 	}
 	return nil
 }
@@ -222,24 +233,47 @@ func (f *File) Delete(ctx context.Context, name string) error {
 // not say so). A checkpoint's folder is new at every checkpoint, and a
 // manifest lost to a power failure after its transactions committed would
 // have a restore write their output again.
+//
+// A folder another writer made (another process, or an upload of this one
+// still under way) counts only once this File has synced its name itself:
+// that writer may not have yet, or may have failed to, and an object of
+// this writer's is durable only once the folder's name is.
 func (f *File) mkdirSynced(dir string) error {
-	if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
-		return nil
+	if dir == f.root || f.isSynced(dir) {
+		return nil // the root: NewFile's, as the folder it was given
 	}
 	parent := filepath.Dir(dir)
-	if dir != f.root && parent != dir {
+	if parent != dir {
 		if err := f.mkdirSynced(parent); err != nil {
 			return err
 		}
 	}
-	switch err := os.Mkdir(dir, 0o755); {
-	case errors.Is(err, fs.ErrExist):
-		// A concurrent writer made it and may not have synced the
-		// parent yet: sync it here too, before this writer's object.
-	case err != nil:
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
 		return err
 	}
-	return syncDir(parent)
+	if err := syncDir(parent); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	if f.synced == nil || len(f.synced) >= maxSynced {
+		f.synced = map[string]bool{}
+	}
+	f.synced[dir] = true
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *File) isSynced(dir string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.synced[dir]
+}
+
+// forget drops dir from the folders known synced: it was removed.
+func (f *File) forget(dir string) {
+	f.mu.Lock()
+	delete(f.synced, dir)
+	f.mu.Unlock()
 }
 
 // syncDir syncs the folder dir (a variable: tests watch it).

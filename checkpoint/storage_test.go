@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 )
 
@@ -445,5 +446,58 @@ func TestGetVerifiedSHA256(t *testing.T) {
 	ref.SHA256 = strings.Repeat("0", 64)
 	if _, err := ReadVerified(ctx, st, ref); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "sha256") {
 		t.Fatalf("ReadVerified with a wrong SHA-256: %v", err)
+	}
+}
+
+// TestFileStorageSyncsAFolderAnotherWriterMade: a writer that finds its
+// object's folder made by another (here an upload still syncing the new
+// folder's name into its parent) syncs that name itself before its object
+// counts as written: the other writer may not have yet, or may fail to, and
+// a manifest whose folder's name a power failure loses had its
+// transactions committed all the same.
+func TestFileStorageSyncsAFolderAnotherWriterMade(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := NewFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutIfAbsent(ctx, "job/tasks/0/owner-1", []byte("c")); err != nil {
+		t.Fatal(err)
+	}
+	parent := filepath.Join(dir, "job/tasks/0")
+	var mu sync.Mutex
+	parentSynced := false
+	entered, release := make(chan struct{}), make(chan struct{})
+	var first atomic.Bool
+	orig := syncDir
+	syncDir = func(d string) error {
+		if d == parent {
+			if first.CompareAndSwap(false, true) { // the upload's sync waits
+				close(entered)
+				<-release
+			}
+			mu.Lock()
+			parentSynced = true
+			mu.Unlock()
+		}
+		return orig(d)
+	}
+	t.Cleanup(func() { syncDir = orig })
+	upload := make(chan error)
+	go func() { upload <- st.Put(ctx, "job/tasks/0/chk-7/state", strings.NewReader("s")) }()
+	<-entered // the upload made chk-7 and has not synced its name
+	if err := st.PutIfAbsent(ctx, "job/tasks/0/chk-7/manifest.json", []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	synced := parentSynced
+	mu.Unlock()
+	close(release)
+	if err := <-upload; err != nil {
+		t.Fatal(err)
+	}
+	if !synced {
+		t.Fatal("the manifest was written while chk-7's name in its parent was synced by no one")
 	}
 }
