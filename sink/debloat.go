@@ -223,18 +223,35 @@ func (g *inflightGate) drain(ctx context.Context) error {
 	if g.inflight() <= 0 {
 		return nil
 	}
+	return g.await(ctx, func() bool { return g.inflight() <= 0 }, nil, nil)
+}
+
+// await returns once done holds, looked at whenever an acknowledgement
+// wakes the writer, or with ctx's error or failed's (if not nil, looked
+// at after each wake). tick (if not nil) runs each window that passes
+// without one.
+func (g *inflightGate) await(ctx context.Context, done func() bool, tick func(), failed func() error) error {
 	g.waiting.Store(true)
 	defer g.waiting.Store(false)
 	t := time.NewTimer(gateWindow)
 	defer t.Stop()
-	// Looked at again after waiting is set, as in wait.
-	for g.inflight() > 0 {
+	// Looked at again after waiting is set: an acknowledgement before it
+	// found no one to wake.
+	for !done() {
 		select {
 		case <-g.wake:
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C:
 			t.Reset(gateWindow)
+			if tick != nil {
+				tick()
+			}
+		}
+		if failed != nil {
+			if err := failed(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -261,24 +278,8 @@ func (g *inflightGate) wait(ctx context.Context, failed func() error) error {
 		g.sinceCheck = 0
 		return nil
 	}
-	g.waiting.Store(true)
-	defer g.waiting.Store(false)
-	t := time.NewTimer(gateWindow)
-	defer t.Stop()
-	// Looked at again after waiting is set: an acknowledgement before it
-	// found no one to wake.
-	for g.inflight() >= g.limit {
-		select {
-		case <-g.wake:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-t.C:
-			t.Reset(gateWindow)
-			g.measure()
-		}
-		if err := failed(); err != nil {
-			return err
-		}
+	if err := g.await(ctx, func() bool { return g.inflight() < g.limit }, g.measure, failed); err != nil {
+		return err
 	}
 	g.sinceCheck = 0
 	return nil

@@ -45,25 +45,9 @@ func deltaRun(t *testing.T, r *rand.Rand, steps int, opts PebbleOptions) {
 	for i := range 60 {
 		universe = append(universe, strconv.Itoa(i))
 	}
-	type pair struct{ mem, peb Backend }
-	open := func() pair {
-		opts.MemTableSize, opts.CacheSize = 64<<10, 1<<20
-		return pair{OpenMemory(MemoryOptions{}), openTestPebble(t, opts)}
-	}
-	declare := func(b Backend) {
-		order := slices.Clone(names)
-		r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		for _, n := range order {
-			switch n[0] {
-			case 'v':
-				mustValue(t, b, n)
-			case 'l':
-				mustList(t, b, n)
-			case 'm':
-				mustMap(t, b, n)
-			}
-		}
-	}
+	opts.MemTableSize, opts.CacheSize = 64<<10, 1<<20
+	open := func() memoryAndPebble { return memoryAndPebble{OpenMemory(MemoryOptions{}), openTestPebble(t, opts)} }
+	declare := func(b Backend) { declareShuffled(t, r, b, names) }
 	cur := open()
 	declare(cur.mem)
 	declare(cur.peb)

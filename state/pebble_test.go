@@ -214,6 +214,27 @@ func TestPebbleAgainstMemory(t *testing.T) {
 	}
 }
 
+// memoryAndPebble is a memory backend and a Pebble one, run side by side.
+type memoryAndPebble struct{ mem, peb Backend }
+
+// declareShuffled declares the tables names (v…: value, l…: list, m…: map)
+// on b in an order of r's: it differs between instances, so that table ids
+// do.
+func declareShuffled(t *testing.T, r *rand.Rand, b Backend, names []string) {
+	order := slices.Clone(names)
+	r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+	for _, n := range order {
+		switch n[0] {
+		case 'v':
+			mustValue(t, b, n)
+		case 'l':
+			mustList(t, b, n)
+		case 'm':
+			mustMap(t, b, n)
+		}
+	}
+}
+
 func pebbleRandomRun(t *testing.T, r *rand.Rand, steps int, opts PebbleOptions) {
 	ctx := context.Background()
 	st := newFakeStorage()
@@ -222,28 +243,9 @@ func pebbleRandomRun(t *testing.T, r *rand.Rand, steps int, opts PebbleOptions) 
 	for i := range 40 {
 		universe = append(universe, strconv.Itoa(i))
 	}
-	type pair struct {
-		mem, peb Backend
-	}
-	open := func() pair {
-		opts.MemTableSize, opts.CacheSize = 64<<10, 1<<20
-		return pair{OpenMemory(MemoryOptions{}), openTestPebble(t, opts)}
-	}
-	// Declaration order differs between instances so that table ids differ.
-	declare := func(b Backend) {
-		order := slices.Clone(names)
-		r.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
-		for _, n := range order {
-			switch n[0] {
-			case 'v':
-				mustValue(t, b, n)
-			case 'l':
-				mustList(t, b, n)
-			case 'm':
-				mustMap(t, b, n)
-			}
-		}
-	}
+	opts.MemTableSize, opts.CacheSize = 64<<10, 1<<20
+	open := func() memoryAndPebble { return memoryAndPebble{OpenMemory(MemoryOptions{}), openTestPebble(t, opts)} }
+	declare := func(b Backend) { declareShuffled(t, r, b, names) }
 	cur := open()
 	declare(cur.mem)
 	declare(cur.peb)
