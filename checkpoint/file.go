@@ -248,7 +248,19 @@ func (f *File) mkdirSynced(dir string) error {
 			return err
 		}
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	switch err := os.Mkdir(dir, 0o755); {
+	case errors.Is(err, fs.ErrNotExist):
+		// A parent this File knew is gone (another process pruned it):
+		// what it knows is stale. Forget it all, and make the folders
+		// again.
+		f.mu.Lock()
+		f.synced = nil
+		f.mu.Unlock()
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			return err
+		}
+		return f.mkdirSynced(dir)
+	case err != nil && !errors.Is(err, fs.ErrExist):
 		return err
 	}
 	if err := syncDir(parent); err != nil {

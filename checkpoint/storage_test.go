@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -499,5 +500,42 @@ func TestFileStorageSyncsAFolderAnotherWriterMade(t *testing.T) {
 	}
 	if !synced {
 		t.Fatal("the manifest was written while chk-7's name in its parent was synced by no one")
+	}
+}
+
+// TestFileStorageWritesAfterAnotherPrunedItsFolders: a folder this File
+// made and synced, then removed by another process (its Delete prunes the
+// folders it empties), is made again by the next write, not taken for
+// still there.
+func TestFileStorageWritesAfterAnotherPrunedItsFolders(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := NewFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutIfAbsent(ctx, "job/tasks/0/chk-1/manifest.json", []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	other, err := NewFile(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Delete(ctx, "job/tasks/0/chk-1/manifest.json"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "job")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("the other File's Delete left job/ (%v): the test tests nothing", err)
+	}
+	if err := st.PutIfAbsent(ctx, "job/tasks/0/chk-2/manifest.json", []byte("m")); err != nil {
+		t.Fatalf("write after the folders were pruned by another: %v", err)
+	}
+	rc, err := st.Get(ctx, "job/tasks/0/chk-2/manifest.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if got, err := io.ReadAll(rc); err != nil || string(got) != "m" {
+		t.Fatalf("read back %q, %v", got, err)
 	}
 }
