@@ -177,22 +177,12 @@ func deltaRun(t *testing.T, r *rand.Rand, steps int, opts PebbleOptions) {
 				openGates()
 				d := uploaded[r.IntN(len(uploaded))]
 				if r.IntN(2) == 0 {
-					if err := cur.mem.Restore(ctx, st, d.mem); err != nil {
-						t.Fatal(err)
-					}
-					if err := cur.peb.Restore(ctx, st, d.peb); err != nil {
-						t.Fatal(err)
-					}
+					cur.restore(t, st, d.mem, d.peb)
 				} else {
 					next := open()
 					declare(next.mem)
 					declare(next.peb)
-					if err := next.mem.Restore(ctx, st, d.mem); err != nil {
-						t.Fatal(err)
-					}
-					if err := next.peb.Restore(ctx, st, d.peb); err != nil {
-						t.Fatal(err)
-					}
+					next.restore(t, st, d.mem, d.peb)
 					cur.peb.Close()
 					cur = next
 				}

@@ -217,6 +217,17 @@ func TestPebbleAgainstMemory(t *testing.T) {
 // memoryAndPebble is a memory backend and a Pebble one, run side by side.
 type memoryAndPebble struct{ mem, peb Backend }
 
+// restore restores the memory backend from mem and the Pebble one from peb.
+func (b memoryAndPebble) restore(t *testing.T, st checkpoint.Storage, mem, peb checkpoint.StateHandle) {
+	t.Helper()
+	if err := b.mem.Restore(context.Background(), st, mem); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.peb.Restore(context.Background(), st, peb); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // declareShuffled declares the tables names (v…: value, l…: list, m…: map)
 // on b in an order of r's: it differs between instances, so that table ids
 // do.
@@ -342,22 +353,12 @@ func pebbleRandomRun(t *testing.T, r *rand.Rand, steps int, opts PebbleOptions) 
 				d := uploaded[r.IntN(len(uploaded))]
 				if r.IntN(2) == 0 {
 					// In place, as after a failure; outstanding snapshots live on.
-					if err := cur.mem.Restore(ctx, st, d.mem); err != nil {
-						t.Fatal(err)
-					}
-					if err := cur.peb.Restore(ctx, st, d.peb); err != nil {
-						t.Fatal(err)
-					}
+					cur.restore(t, st, d.mem, d.peb)
 				} else {
 					next := open()
 					declare(next.mem)
 					declare(next.peb)
-					if err := next.mem.Restore(ctx, st, d.mem); err != nil {
-						t.Fatal(err)
-					}
-					if err := next.peb.Restore(ctx, st, d.peb); err != nil {
-						t.Fatal(err)
-					}
+					next.restore(t, st, d.mem, d.peb)
 					cur.peb.Close()
 					cur = next
 				}
