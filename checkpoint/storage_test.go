@@ -488,14 +488,15 @@ func TestFileStorageSyncsAFolderAnotherWriterMade(t *testing.T) {
 	upload := make(chan error)
 	go func() { upload <- st.Put(ctx, "job/tasks/0/chk-7/state", strings.NewReader("s")) }()
 	<-entered // the upload made chk-7 and has not synced its name
-	if err := st.PutIfAbsent(ctx, "job/tasks/0/chk-7/manifest.json", []byte("m")); err != nil {
-		t.Fatal(err)
-	}
+	err = st.PutIfAbsent(ctx, "job/tasks/0/chk-7/manifest.json", []byte("m"))
 	mu.Lock()
 	synced := parentSynced
 	mu.Unlock()
-	close(release)
-	if err := <-upload; err != nil {
+	close(release) // the upload ends, whatever the manifest's write did
+	if uerr := <-upload; err == nil {
+		err = uerr
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	if !synced {
