@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -174,6 +175,7 @@ func mergedHanging(ctx context.Context, firstEpochs firstEpochsFunc, hs []hangin
 // hangingAdmin is what closeHanging asks the brokers (kadm.Client; tests
 // fake it).
 type hangingAdmin interface {
+	Metadata(ctx context.Context, topics ...string) (kadm.Metadata, error)
 	DescribeProducers(ctx context.Context, s kadm.TopicsSet) (kadm.DescribedProducersTopics, error)
 	WriteTxnMarkers(ctx context.Context, markers ...kadm.TxnMarkers) (kadm.TxnMarkersResponses, error)
 }
@@ -373,8 +375,16 @@ func (e *uncheckedError) Unwrap() error { return e.err }
 // answer (a partition without a leader does not) before it says so.
 const describeWarnAfter = 10 * time.Second
 
-// describeProducers returns the producers the partitions of parts know.
+// describeProducers returns the producers the partitions of parts know; a
+// topic of parts without partitions stands for all of its partitions.
 func describeProducers(ctx context.Context, adm hangingAdmin, parts kadm.TopicsSet) ([]kadm.DescribedProducer, error) {
+	parts, err := everyPartition(ctx, adm, parts)
+	if err != nil {
+		return nil, err
+	}
+	if len(parts) == 0 {
+		return nil, nil
+	}
 	ds, err := adm.DescribeProducers(ctx, parts)
 	if err != nil {
 		return nil, fmt.Errorf("describe the producers of %s: %w", strings.Join(parts.Topics(), ", "), err)
@@ -393,6 +403,55 @@ func describeProducers(ctx context.Context, adm hangingAdmin, parts kadm.TopicsS
 		return nil, fmt.Errorf("describe producers: %w", errors.Join(perr...))
 	}
 	return all, nil
+}
+
+// everyPartition returns parts with each topic that names no partition
+// given all of its partitions, from the topic's metadata. kadm's
+// DescribeProducers fills such a topic itself, but a topic whose metadata
+// fails (no leader yet, a broker moving) comes back from it with no
+// partition and no error, and the check would pass having asked nothing.
+// Here a topic that does not exist is dropped (it holds nothing open: an
+// output topic is created by its first write), and any other failure is
+// returned.
+func everyPartition(ctx context.Context, adm hangingAdmin, parts kadm.TopicsSet) (kadm.TopicsSet, error) {
+	var all []string
+	for t, ps := range parts {
+		if len(ps) == 0 {
+			all = append(all, t)
+		}
+	}
+	if len(all) == 0 {
+		return parts, nil
+	}
+	slices.Sort(all)
+	m, err := adm.Metadata(ctx, all...)
+	if err != nil {
+		return nil, fmt.Errorf("metadata of %s: %w", strings.Join(all, ", "), err)
+	}
+	out := kadm.TopicsSet{}
+	for t, ps := range parts {
+		if len(ps) > 0 {
+			out.Add(t, slices.Collect(maps.Keys(ps))...)
+		}
+	}
+	for _, t := range all {
+		d, ok := m.Topics[t]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("metadata of %s: no answer for the topic: %w", t, kerr.LeaderNotAvailable)
+		case errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+			delete(out, t)
+		case d.Err != nil:
+			return nil, fmt.Errorf("metadata of %s: %w", t, d.Err)
+		case len(d.Partitions) == 0:
+			return nil, fmt.Errorf("metadata of %s: no partitions: %w", t, kerr.LeaderNotAvailable)
+		default:
+			for p := range d.Partitions {
+				out.Add(t, p)
+			}
+		}
+	}
+	return out, nil
 }
 
 // describeWaiting is describeProducers asked until the partitions answer.
@@ -418,7 +477,8 @@ func describeWaiting(ctx context.Context, log *slog.Logger, adm hangingAdmin, pa
 }
 
 // retriableDescribe tells a DescribeProducers failure worth asking again:
-// a partition without a leader, or one moving.
+// a partition or topic without a leader, or one moving (any error Kafka
+// calls retriable).
 func retriableDescribe(err error) bool {
 	switch {
 	case errors.Is(err, kerr.NotLeaderForPartition), errors.Is(err, kerr.LeaderNotAvailable),
@@ -427,7 +487,7 @@ func retriableDescribe(err error) bool {
 	}
 	var ke *kerr.Error
 	if errors.As(err, &ke) {
-		return false
+		return ke.Retriable // a topic's metadata: no leader yet, say
 	}
 	return kgo.IsRetryableBrokerErr(err)
 }

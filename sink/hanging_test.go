@@ -32,6 +32,37 @@ type fakeHangingAdmin struct {
 	writeErr  error
 	described int
 	written   []kadm.TxnMarkers
+	// partitions are each topic's partition count (default: enough for
+	// those open names, at least one); metaErrs the errors its metadata answers first, in turn.
+	partitions map[string]int32
+	metaErrs   map[string][]error
+}
+
+func (f *fakeHangingAdmin) Metadata(_ context.Context, topics ...string) (kadm.Metadata, error) {
+	m := kadm.Metadata{Topics: kadm.TopicDetails{}}
+	for _, t := range topics {
+		d := kadm.TopicDetail{Topic: t, Partitions: kadm.PartitionDetails{}}
+		n, known := f.partitions[t]
+		if !known {
+			_, known = f.open[t]
+			n = 1
+			for p := range f.open[t] {
+				n = max(n, p+1)
+			}
+		}
+		switch {
+		case len(f.metaErrs[t]) > 0:
+			d.Err, f.metaErrs[t] = f.metaErrs[t][0], f.metaErrs[t][1:]
+		case !known:
+			d.Err = kerr.UnknownTopicOrPartition
+		default:
+			for p := range n {
+				d.Partitions[p] = kadm.PartitionDetail{Topic: t, Partition: p}
+			}
+		}
+		m.Topics[t] = d
+	}
+	return m, nil
 }
 
 func (f *fakeHangingAdmin) DescribeProducers(_ context.Context, s kadm.TopicsSet) (kadm.DescribedProducersTopics, error) {
@@ -39,11 +70,10 @@ func (f *fakeHangingAdmin) DescribeProducers(_ context.Context, s kadm.TopicsSet
 	out := kadm.DescribedProducersTopics{}
 	for t, ps := range s {
 		dt := kadm.DescribedProducersTopic{Topic: t, Partitions: kadm.DescribedProducersPartitions{}}
-		if len(ps) == 0 { // every partition
-			ps = map[int32]struct{}{}
-			for p := range f.open[t] {
-				ps[p] = struct{}{}
-			}
+		if len(ps) == 0 {
+			// kadm asks the topic's metadata: one that fails gives no
+			// partition, and no error.
+			continue
 		}
 		for p := range ps {
 			dp := kadm.DescribedProducersPartition{Topic: t, Partition: p, ActiveProducers: kadm.DescribedProducers{}}
@@ -245,6 +275,39 @@ func TestCloseHangingNothingToAsk(t *testing.T) {
 	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, firstEpochsOf(f), nil, []string{"out"}, ids, pids, epochs, before)
 	if err != nil || len(closed) != 0 || f.described != 1 || len(f.written) != 0 {
 		t.Fatalf("closed %v, %v, %d DescribeProducers, markers %v; want one question and no marker", closed, err, f.described, f.written)
+	}
+}
+
+// A sink topic's metadata that fails (no leader yet, a broker moving) must
+// not pass for a topic with nothing open: kadm's whole-topic
+// DescribeProducers answers such a topic with no partition and no error.
+// The check waits for the metadata, then finds the range. A topic that
+// does not exist holds nothing: nothing is asked, and the writer goes on.
+func TestCloseHangingWaitsForTheTopicsMetadata(t *testing.T) {
+	ids, pids, epochs, before, f := chaosCase()
+	before[1] = txnBefore{state: "CompleteAbort", pid: 33, epoch: 672} // names no partition
+	f.metaErrs = map[string][]error{"out": {kerr.LeaderNotAvailable, kerr.LeaderNotAvailable}}
+	closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, firstEpochsOf(f), nil, []string{"out"}, ids, pids, epochs, before)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(closed) != 1 || closed[0].start != 33727 || closed[0].commit || len(f.metaErrs["out"]) != 0 {
+		t.Fatalf("closed %+v (metadata errors left %v), want out/1 from 33727 aborted after the metadata answered", closed, f.metaErrs["out"])
+	}
+
+	// A topic error Kafka does not call retriable fails the check.
+	ids, pids, epochs, before, f = chaosCase()
+	before[1] = txnBefore{state: "CompleteAbort", pid: 33, epoch: 672}
+	f.metaErrs = map[string][]error{"out": {kerr.InvalidTopicException}}
+	if closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, firstEpochsOf(f), nil, []string{"out"}, ids, pids, epochs, before); !errors.Is(err, kerr.InvalidTopicException) || closed != nil {
+		t.Fatalf("closed %v, %v; want the topic's error", closed, err)
+	}
+
+	// Not created yet.
+	ids, pids, epochs, before, f = chaosCase()
+	before[1] = txnBefore{state: "CompleteAbort", pid: 33, epoch: 672}
+	if closed, err := closeHanging(context.Background(), slog.New(slog.DiscardHandler), f, firstEpochsOf(f), nil, []string{"new-output"}, ids, pids, epochs, before); err != nil || closed != nil || f.described != 0 {
+		t.Fatalf("closed %v, %v, %d DescribeProducers; want nothing asked", closed, err, f.described)
 	}
 }
 

@@ -124,7 +124,17 @@ func TestFindMergedUnauthorized(t *testing.T) {
 	}
 }
 
+// deniedAdmin answers as to a principal without DESCRIBE on the topics:
+// their metadata fails, and so does DescribeProducers.
 type deniedAdmin struct{ *fakeHangingAdmin }
+
+func (deniedAdmin) Metadata(_ context.Context, topics ...string) (kadm.Metadata, error) {
+	m := kadm.Metadata{Topics: kadm.TopicDetails{}}
+	for _, t := range topics {
+		m.Topics[t] = kadm.TopicDetail{Topic: t, Err: kerr.TopicAuthorizationFailed}
+	}
+	return m, nil
+}
 
 func (deniedAdmin) DescribeProducers(context.Context, kadm.TopicsSet) (kadm.DescribedProducersTopics, error) {
 	return nil, kerr.TopicAuthorizationFailed
