@@ -440,7 +440,7 @@ func everyPartition(ctx context.Context, adm hangingAdmin, parts kadm.TopicsSet)
 		case !ok:
 			return nil, fmt.Errorf("metadata of %s: no answer for the topic: %w", t, kerr.LeaderNotAvailable)
 		case errors.Is(d.Err, kerr.UnknownTopicOrPartition):
-			delete(out, t)
+			// Not made yet: nothing to ask.
 		case d.Err != nil:
 			return nil, fmt.Errorf("metadata of %s: %w", t, d.Err)
 		case len(d.Partitions) == 0:

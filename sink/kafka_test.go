@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/engine"
@@ -732,4 +733,123 @@ func TestFlushWaitsForRecordsFailedBeforeBuffering(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Under transaction version 2 every transaction takes an epoch of its
+// producer id, and when the epochs run out (at 32,766) the coordinator
+// gives the transactional id a new producer id: at 100 ms checkpoints a
+// slot's id rotates every few hours, a routine event. The slots are driven
+// to the edge with InitProducerID (each bumps the epoch); then checkpoints
+// go on until each of these has happened:
+//   - a commit by the running writer rotated the id, and the writer was
+//     killed before the next checkpoint: the restore of its committable
+//     (whose producer id the coordinator no longer has) finds it committed;
+//   - a writer killed before the commit of a transaction at the epoch
+//     whose end rotates (learnt from the first): the restore resumes the
+//     commit, which rotates the id, and aborts what was written after the
+//     barrier.
+//
+// Every record must be read once.
+func TestExactlyOnceAcrossProducerIDRotation(t *testing.T) {
+	e := newEnv(t)
+	cfg := e.config()
+	cfg.PoolSize = MinPoolSize
+	ids := TransactionalIDs(e.prefix, 0, MinPoolSize)
+	const edge = 32766 - 8
+	driven := make([]int64, len(ids))
+	errs := make(chan error, len(ids))
+	c := ctx(t)
+	for i, id := range ids {
+		go func() {
+			// Staggered, so that the restore after the first rotation
+			// (whose start bumps every slot's epoch) leaves the next
+			// slot short of the last epoch.
+			pid, epoch := int64(-1), int16(-1)
+			for epoch < edge-int16(4*i) {
+				req := kmsg.NewPtrInitProducerIDRequest()
+				req.TransactionalID, req.TransactionTimeoutMillis = &id, 60_000
+				req.ProducerID, req.ProducerEpoch = pid, epoch
+				resp, err := req.RequestWith(c, e.plain)
+				if err == nil {
+					err = kerr.ErrorForCode(resp.ErrorCode)
+				}
+				if err != nil {
+					errs <- fmt.Errorf("init %s at epoch %d: %w", id, epoch, err)
+					return
+				}
+				pid, epoch = resp.ProducerID, resp.ProducerEpoch
+			}
+			driven[i] = pid
+			errs <- nil
+		}()
+	}
+	for range ids {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range ids {
+		t.Logf("%s driven to %s", id, e.describe(id))
+	}
+	now := func(id string) int64 {
+		t.Helper()
+		_, pid, _, err := describe(ctx(t), e.plain, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+
+	w := e.mustOpen(cfg, nil)
+	var want []string
+	rotating := int16(-1) // the epoch of a transaction whose end rotated its id
+	var committedThenKilled, resumedRotated bool
+	for i := checkpoint.ID(1); i <= 60 && !(committedThenKilled && resumedRotated); i++ {
+		v := fmt.Sprintf("v%d", i)
+		write(t, w, v)
+		want = append(want, v)
+		cs := preCommit(t, w, i)
+		if len(cs) != 1 {
+			t.Fatalf("checkpoint %d: committables %+v, want one", i, cs)
+		}
+		cm := cs[0]
+		if cm.Epoch == rotating && !resumedRotated {
+			write(t, w, fmt.Sprintf("after-barrier-%d", i))
+			crash(w)
+			w = e.mustOpen(cfg, cs)
+			if pid := now(cm.TransactionalID); pid == cm.ProducerID {
+				t.Fatalf("checkpoint %d: the restore's commit of %+v left producer id %d", i, cm, pid)
+			}
+			t.Logf("checkpoint %d: the restore's commit of %s at epoch %d rotated its producer id", i, cm.TransactionalID, cm.Epoch)
+			resumedRotated = true
+			continue
+		}
+		commit(t, w, i)
+		if pid := now(cm.TransactionalID); pid != cm.ProducerID && rotating < 0 {
+			rotating = cm.Epoch
+			t.Logf("checkpoint %d: committing %s at epoch %d rotated its producer id, %d to %d", i, cm.TransactionalID, cm.Epoch, cm.ProducerID, pid)
+			sts, err := Check(ctx(t), e.plain, cs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sts[0].Outcome != engine.CommitDone {
+				t.Fatalf("Check of the committed transaction after its id rotated: %+v, want committed", sts[0])
+			}
+			crash(w)
+			w = e.mustOpen(cfg, cs)
+			committedThenKilled = true
+		}
+	}
+	if !committedThenKilled || !resumedRotated {
+		t.Fatalf("the checkpoints did not meet both rotations (after a commit: %v; in a restore's commit: %v)", committedThenKilled, resumedRotated)
+	}
+	// The restored slot is re-initialised once a checkpoint completes.
+	write(t, w, "last")
+	want = append(want, "last")
+	preCommit(t, w, 100)
+	commit(t, w, 100)
+	for i, id := range ids {
+		t.Logf("%s after: %s (driven to producer id %d)", id, e.describe(id), driven[i])
+	}
+	e.wantCommitted(want...)
 }
