@@ -60,6 +60,9 @@ func newBadRecords(c *Config, internal []string, opts []kgo.Opt) (_ *badRecords,
 // after a crash before the next checkpoint, the record is dead-lettered
 // again (at least once), as the source's dead letters are.
 func (b *badRecords) MisKeyed(ctx context.Context, info engine.TaskInfo, pos engine.Position, key []byte, err *engine.MisKeyedError) error {
+	if pos.Emitted() {
+		return err // an operator's own output: nothing of the input to set aside
+	}
 	if b.internal[pos.Topic] {
 		return fmt.Errorf("%w; it is a record of the internal topic %s, which weir writes keyed by this KeyBy's codec: "+
 			"the topic holds records of a job whose key or key codec differed (delete the topic with the job's checkpoints to start afresh), or this is a bug", err, pos.Topic)

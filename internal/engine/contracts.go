@@ -25,11 +25,27 @@ type Position struct {
 }
 
 func (p Position) String() string {
+	if p.Emitted() {
+		return "emitted by operator " + p.Source
+	}
 	if p.Topic != "" {
 		return fmt.Sprintf("%s %s/%d@%d", p.Source, p.Topic, p.Partition, p.Offset)
 	}
 	return fmt.Sprintf("%s %d@%d", p.Source, p.Partition, p.Offset)
 }
+
+// emittedPosition is the Position of what operator op emits on its own,
+// from a timer or a window that fires: it names no record of the input
+// (Partition and Offset -1), so that nothing downstream takes it for the
+// record the task processed before (a dead letter's headers would name
+// that one, which was good, for reading again).
+func emittedPosition(op string, ts int64) Position {
+	return Position{Source: op, Partition: -1, Offset: -1, Timestamp: ts}
+}
+
+// Emitted says whether p is an operator's own (see emittedPosition) rather
+// than a record's of the input.
+func (p Position) Emitted() bool { return p.Topic == "" && p.Partition == -1 && p.Offset == -1 }
 
 // Batch is what a source reader fills on each poll: values and, at the same
 // index, where each came from.

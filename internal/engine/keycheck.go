@@ -68,13 +68,17 @@ type MisKeyedError struct {
 }
 
 func (e *MisKeyedError) Error() string {
-	return fmt.Sprintf("%v: job %s operator %s, record %s: key %s (bytes %s) belongs to task %d, not task %d "+
+	what := "record " + e.Position.String()
+	if e.Position.Emitted() {
+		what = "a record " + e.Position.String() + " (its timer or window: no input record)"
+	}
+	return fmt.Sprintf("%v: job %s operator %s, %s: key %s (bytes %s) belongs to task %d, not task %d "+
 		"(%s puts it in partition %d of %d). KeyByPartitioned %s declares that the input is partitioned by this key, and this record is not: "+
 		"key by the Kafka record key (or a field its producers use as the record key, encoded as they encode it), "+
 		"move the records to the task of their key with stream.KeyBy, "+
 		"or use stream.LocalKeyBy for state per key per task on purpose; "+
 		"if the input's producers use another partitioner, say which (--partitioner)",
-		ErrMisKeyed, e.Job, e.Operator, e.Position, e.Key, quoteKey(e.KeyBytes), e.Owner, e.Task,
+		ErrMisKeyed, e.Job, e.Operator, what, e.Key, quoteKey(e.KeyBytes), e.Owner, e.Task,
 		e.Partitioner, e.Owner, e.Partitions, e.KeyBy)
 }
 
@@ -160,7 +164,9 @@ func (k *keyedState) misKeyed(g *keyGuard, key []byte, shown string, owner int) 
 		Key: shown, KeyBytes: append([]byte(nil), key...),
 		Task: k.t.id, Owner: owner, Partitions: c.partitions, Partitioner: c.partitioner.String(),
 	}
-	if c.bad == nil {
+	if c.bad == nil || err.Position.Emitted() {
+		// Emitted by an operator's timer or window: no input record to set
+		// aside, and a bug of the job's, not bad input.
 		return err
 	}
 	if c.info == nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -292,5 +293,80 @@ func TestPartitionsBoundTasks(t *testing.T) {
 	}
 	if err := r.Start(2, 1); err == nil || !strings.Contains(err.Error(), "no partition") {
 		t.Fatalf("Start(2) of 2 partitions: %v", err)
+	}
+}
+
+// TestKeyedCheckWindowResult: a window's result is no record of the input,
+// so a mis-keyed one (keyed by a key of another task: a bug of the job's)
+// must not go to BadRecords under the position of the record the task
+// processed before the window fired, a good record that a dead letter
+// would then have the operator produce again. It fails the task, saying
+// which operator emitted it. Both ways a window fires: its end reached by
+// the watermark (a timer), and a late record within the allowed lateness
+// (at once).
+func TestKeyedCheckWindowResult(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("late=%v", late), func(t *testing.T) {
+			// One record in the window [0, 1m), then a poll's worth past
+			// it, whose watermark fires it; the last record, in the
+			// next poll, is late for it.
+			in := make([]string, 1025)
+			for i := range in {
+				in[i] = "0-" + strconv.Itoa(i)
+			}
+			at := func(i int64) int64 {
+				switch i {
+				case 0:
+					return 1_000
+				case 1024:
+					return 2_000
+				}
+				return 120_000
+			}
+			job := stream.NewJob("keys")
+			src := stream.SourceWithWatermarks(job, "in", stream.SliceSource([][]string{in, {}}), stream.Watermarks[string]{
+				Timestamp: func(_ string, p stream.Position) time.Time { return time.UnixMilli(at(p.Offset)) },
+			})
+			byKey := stream.KeyByPartitioned(src, "by-key", func(string) string { return "0" }, state.String())
+			opts := stream.WindowOptions{}
+			if late {
+				opts.AllowedLateness = 5 * time.Minute
+			}
+			counts := stream.Aggregate(byKey, "count", stream.Tumbling(time.Minute), opts, state.Int64(),
+				func(n int64, _ string) int64 { return n + 1 },
+				func(a, b int64) int64 { return a + b },
+				// Keyed by a key of task 1: on the window's first firing
+				// (by the watermark); or, with lateness, only when the
+				// late record fires it again.
+				func(k string, w stream.Window, n int64) (string, error) {
+					task := n
+					if late {
+						task = n - 1
+					}
+					return fmt.Sprintf("%d-%d", task, w.Start.UnixMilli()), nil
+				})
+			again := stream.KeyByPartitioned(counts.Results, "by-window", func(s string) string { return s }, state.String())
+			out := stream.Process(again, "sum", func(*stream.Setup) (stream.Processor[string, string, int64], error) {
+				return stream.Processor[string, string, int64]{Process: func(ctx *stream.Context[string, int64], _ string) error { return ctx.Emit(1) }}, nil
+			})
+			stream.Sink(out, "out", (&sumSink{}).factory())
+			plan, err := job.Build()
+			if err != nil {
+				t.Fatal(err)
+			}
+			bad := &setAside{}
+			err = engine.Run(t.Context(), plan, engine.Config{
+				Tasks: []int{0}, Partitions: 2, Partitioner: firstDigit{}, BadRecords: bad,
+				Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}), StateDir: t.TempDir(),
+				StateBackend: state.NewMemory(state.MemoryOptions{}), RestartBackoff: time.Millisecond,
+			})
+			for _, a := range bad.got {
+				t.Errorf("set aside %q as the record at %v", a.key, a.pos)
+			}
+			var mk *engine.MisKeyedError
+			if !errors.As(err, &mk) || !mk.Position.Emitted() || !strings.Contains(err.Error(), "emitted by operator count") {
+				t.Fatalf("run: %v; want the task failed on a record emitted by operator count", err)
+			}
+		})
 	}
 }

@@ -92,7 +92,8 @@ func (c *Context[K, Out]) EmitAt(v Out, ts time.Time) error {
 	return err
 }
 
-// Position is where the record at hand came from.
+// Position is where the record at hand came from; in a timer, a Position
+// that names no record (Emitted).
 func (c *Context[K, Out]) Position() Position { return *c.cursor }
 
 // Now is the processing time.
@@ -229,7 +230,7 @@ func fireEventTimers[K, Out any](k *keyedState, codec state.Codec[K], ctx *Conte
 			return fmt.Errorf("operator %s: decode event timer key: %w", k.name, err)
 		}
 		ctx.key = key
-		k.cursor.Timestamp = ts.UnixMilli()
+		*k.cursor = emittedPosition(k.name, ts.UnixMilli())
 		if err := onTimer(ctx, ts); err != nil {
 			return k.recordErr(fmt.Errorf("event timer %s: %w", ts.Format(time.RFC3339Nano), err))
 		}
@@ -363,6 +364,11 @@ func (k *keyedState) nextTimer() (time.Time, bool) { return k.timers.Next() }
 // fireKeyedTimers fires the due timers of a keyed operator, each with its
 // key decoded into ctx, turning errors and panics into RecordErrors.
 func fireKeyedTimers[K, Out any](k *keyedState, codec state.Codec[K], ctx *Context[K, Out], onTimer func(*Context[K, Out], time.Time) error, now time.Time) error {
+	// What a processing-time timer emits keeps the event time of the
+	// record processed last, as before; it is not that record.
+	saved := *k.cursor
+	defer func() { *k.cursor = saved }()
+	*k.cursor = emittedPosition(k.name, saved.Timestamp)
 	return k.timers.FireDue(now, func(ts time.Time) (err error) {
 		defer k.recoverTo(&err)
 		key, err := codec.Decode(k.scope.Key())

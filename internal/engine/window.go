@@ -250,12 +250,13 @@ func (o *windowOp[K, In, Out]) setTimers(end int64) error {
 }
 
 // fireNow fires a window outside a timer: its result carries the window's
-// event time, End-1, as a timer's would.
+// event time, End-1, as a timer's would, and is the window's, not the
+// record's at hand.
 func (o *windowOp[K, In, Out]) fireNow(ns []byte, start, end int64) error {
-	saved := o.cursor.Timestamp
-	o.cursor.Timestamp = end - 1
+	saved := *o.cursor
+	*o.cursor = emittedPosition(o.name, end-1)
 	err := o.contents.fire(ns, o.key, o.window(start, end), o.out)
-	o.cursor.Timestamp = saved
+	*o.cursor = saved
 	return err
 }
 
@@ -385,7 +386,7 @@ func (o *windowOp[K, In, Out]) watermark(w wmark) error {
 		saved := *o.cursor
 		err := o.etimers.FireDue(eventTimerLimit(o.wm), func(at time.Time) error {
 			ts := eventTimeOf(at)
-			o.cursor.Timestamp = ts.UnixMilli()
+			*o.cursor = emittedPosition(o.name, ts.UnixMilli())
 			return o.onTimer(ts)
 		})
 		*o.cursor = saved
