@@ -113,6 +113,49 @@ func WriteLayout(ctx context.Context, st Storage, l Layout) error {
 	return nil
 }
 
+// AddedTopicName is the object name of the record of topic, an internal
+// topic of job that its layout record does not list: read since a stage
+// was added to the job. Like the layout record, it is written once and
+// never rewritten.
+func AddedTopicName(job, topic string) string { return job + "/layout-added/" + topic + ".json" }
+
+// WriteAddedTopic records t as a topic of job's layout that its layout
+// record does not list. One already recorded wraps ErrExists.
+func WriteAddedTopic(ctx context.Context, st Storage, job string, t TopicLayout) error {
+	name := AddedTopicName(job, t.Name)
+	if !validJobName(job) || t.Name == "" || strings.ContainsAny(t.Name, "/") {
+		return fmt.Errorf("write %s: job %q, topic %q", name, job, t.Name)
+	}
+	b, err := json.Marshal(t)
+	if err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	if err := st.PutIfAbsent(ctx, name, append(b, '\n')); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return nil
+}
+
+// ReadAddedTopic reads the record WriteAddedTopic wrote of topic; none
+// wraps ErrNotFound.
+func ReadAddedTopic(ctx context.Context, st Storage, job, topic string) (TopicLayout, error) {
+	name := AddedTopicName(job, topic)
+	rc, err := st.Get(ctx, name)
+	if err != nil {
+		return TopicLayout{}, fmt.Errorf("read %s: %w", name, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxLayoutSize+1))
+	if err != nil {
+		return TopicLayout{}, fmt.Errorf("read %s: %w", name, err)
+	}
+	var t TopicLayout
+	if err := json.Unmarshal(b, &t); err != nil || t.Name != topic || t.Partitions <= 0 {
+		return TopicLayout{}, fmt.Errorf("read %s: %w: %v", name, ErrCorrupt, err)
+	}
+	return t, nil
+}
+
 func validJobName(job string) bool {
 	return job != "" && !strings.ContainsAny(job, "/") && job != "." && job != ".."
 }

@@ -189,19 +189,33 @@ func (g *layoutGuard) start(ctx context.Context, partitions int32) error {
 }
 
 // adopt takes rec, the job's layout record, as the layout to run on, if
-// the live layout matches it. Internal topics the record lacks (a stage
-// added since) are created with the record's count and taken as they are
-// now; a recorded internal topic that is missing is not created again: it
-// held records in flight, and the comparison reports it deleted.
+// the live layout matches it. An internal topic the record lacks (a stage
+// added since) is taken as recorded in its own record
+// (checkpoint.AddedTopicName), or else created with the record's count,
+// checked to hold nothing (it is read from its start: records of an
+// earlier run, or of an earlier version of the job that had the stage,
+// would be read as this run's own) and recorded before any task reads it.
+// A recorded internal topic that is missing is not created again: it held
+// records in flight, and the comparison reports it deleted.
 func (g *layoutGuard) adopt(ctx context.Context, rec checkpoint.Layout) error {
 	if len(rec.Topics) == 0 {
 		return fmt.Errorf("layout record %s lists no topics", checkpoint.LayoutName(g.job))
 	}
 	n := rec.Topics[0].Partitions
+	want := rec
+	want.Topics = slices.Clone(rec.Topics)
 	var added []string
 	for _, t := range g.internal {
-		if _, ok := rec.Topic(t); !ok {
+		if _, ok := rec.Topic(t); ok {
+			continue
+		}
+		switch tl, err := checkpoint.ReadAddedTopic(ctx, g.st, g.job, t); {
+		case err == nil:
+			want.Topics = append(want.Topics, tl)
+		case errors.Is(err, checkpoint.ErrNotFound):
 			added = append(added, t)
+		default:
+			return err
 		}
 	}
 	if err := g.createInternal(ctx, added, n); err != nil {
@@ -211,17 +225,49 @@ func (g *layoutGuard) adopt(ctx context.Context, rec checkpoint.Layout) error {
 	if err != nil {
 		return err
 	}
-	want := rec
-	want.Topics = slices.Clone(rec.Topics)
-	for _, t := range live {
-		if _, ok := rec.Topic(t.Name); ok || t.Partitions == 0 {
-			continue
+	if len(added) > 0 {
+		held, err := g.held(ctx, added)
+		if err != nil {
+			return err
 		}
-		// Not in the record: held to the job's count, and recorded
-		// here as it is now.
-		want.Topics = append(want.Topics, checkpoint.TopicLayout{Name: t.Name, ID: t.ID, Partitions: n})
-		g.log.Info("a topic the job's layout record does not list (the job reads it since an upgrade): checked from now on as it is now",
-			"topic", t.Name, "topic_id", t.ID, "partitions", t.Partitions)
+		var used []string
+		for _, t := range added {
+			lt := live[slices.IndexFunc(live, func(l checkpoint.TopicLayout) bool { return l.Name == t })]
+			if lt.Partitions == 0 {
+				continue // the comparison reports it
+			}
+			tl := checkpoint.TopicLayout{Name: t, ID: lt.ID, Partitions: n}
+			if held[t] > 0 {
+				// Another worker may have recorded it a moment ago, and
+				// its tasks written since.
+				switch rtl, err := checkpoint.ReadAddedTopic(ctx, g.st, g.job, t); {
+				case err == nil:
+					want.Topics = append(want.Topics, rtl)
+				case errors.Is(err, checkpoint.ErrNotFound):
+					used = append(used, t)
+				default:
+					return err
+				}
+				continue
+			}
+			switch err := checkpoint.WriteAddedTopic(ctx, g.st, g.job, tl); {
+			case errors.Is(err, checkpoint.ErrExists):
+				if tl, err = checkpoint.ReadAddedTopic(ctx, g.st, g.job, t); err != nil {
+					return err
+				}
+			case err != nil:
+				return err
+			default:
+				g.log.Info("recorded an internal topic the job's layout record does not list (a stage added since)",
+					"topic", t, "topic_id", tl.ID, "partitions", lt.Partitions, "record", checkpoint.AddedTopicName(g.job, t))
+			}
+			want.Topics = append(want.Topics, tl)
+		}
+		if len(used) > 0 {
+			return g.inUse(used, held, fmt.Sprintf("which the job's layout record does not list (a stage added since the record of %s, "+
+				"or added again after it was removed): the stage's readers start at the topic's start and would read them as this run's own",
+				rec.Created.Format(time.RFC3339)))
+		}
 	}
 	if err := g.compare(want, live); err != nil {
 		return err
@@ -354,32 +400,14 @@ func (g *layoutGuard) createInternal(ctx context.Context, topics []string, parti
 // unused checks that no internal topic holds a record (a watermark marker
 // and a transaction marker count): in a new incarnation of the job, one
 // would be an earlier run's, which the new run would read as its own.
-// Offsets are compared, not records read: any offset taken means the
-// topic was written.
 func (g *layoutGuard) unused(ctx context.Context) error {
 	if len(g.internal) == 0 {
 		return nil
 	}
-	starts, err := g.adm.ListStartOffsets(ctx, g.internal...)
-	if err == nil {
-		err = starts.Error()
-	}
+	held, err := g.held(ctx, g.internal)
 	if err != nil {
-		return fmt.Errorf("start offsets of internal topics %v: %w", g.internal, err)
+		return err
 	}
-	ends, err := g.adm.ListEndOffsets(ctx, g.internal...)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return fmt.Errorf("end offsets of internal topics %v: %w", g.internal, err)
-	}
-	held := map[string]int64{}
-	ends.Each(func(o kadm.ListedOffset) {
-		if s, ok := starts.Lookup(o.Topic, o.Partition); ok && o.Offset > s.Offset {
-			held[o.Topic] += o.Offset - s.Offset
-		}
-	})
 	var used []string
 	for _, t := range g.internal {
 		if held[t] > 0 {
@@ -389,6 +417,41 @@ func (g *layoutGuard) unused(ctx context.Context) error {
 	if len(used) == 0 {
 		return nil
 	}
+	return g.inUse(used, held, fmt.Sprintf("written by an earlier run of job %s, whose checkpoints are gone "+
+		"(neither a checkpoint nor a layout record under --checkpoints %s, %s/): this run starts without a checkpoint "+
+		"and would read them as its own, counting them twice", g.job, g.storage, g.job))
+}
+
+// held returns how many records (markers included) each of topics holds.
+// Offsets are compared, not records read: any offset taken means the
+// topic was written.
+func (g *layoutGuard) held(ctx context.Context, topics []string) (map[string]int64, error) {
+	starts, err := g.adm.ListStartOffsets(ctx, topics...)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start offsets of internal topics %v: %w", topics, err)
+	}
+	ends, err := g.adm.ListEndOffsets(ctx, topics...)
+	if err == nil {
+		err = ends.Error()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("end offsets of internal topics %v: %w", topics, err)
+	}
+	held := map[string]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if s, ok := starts.Lookup(o.Topic, o.Partition); ok && o.Offset > s.Offset {
+			held[o.Topic] += o.Offset - s.Offset
+		}
+	})
+	return held, nil
+}
+
+// inUse is the error that stops the job on internal topics used that hold
+// records (held) the job must not read, why.
+func (g *layoutGuard) inUse(used []string, held map[string]int64, why string) error {
 	var b strings.Builder
 	for i, t := range used {
 		if i > 0 {
@@ -396,9 +459,7 @@ func (g *layoutGuard) unused(ctx context.Context) error {
 		}
 		fmt.Fprintf(&b, "internal topic %s holds %d records", t, held[t])
 	}
-	fmt.Fprintf(&b, " (transaction and watermark markers included) written by an earlier run of job %s, whose checkpoints are gone "+
-		"(neither a checkpoint nor a layout record under --checkpoints %s, %s/): this run starts without a checkpoint "+
-		"and would read them as its own, counting them twice. Reset the job's internal topics by deleting them:", g.job, g.storage, g.job)
+	fmt.Fprintf(&b, " (transaction and watermark markers included) %s. Reset the job's internal topics by deleting them:", why)
 	for _, t := range used {
 		b.WriteString("\n    " + g.reset(t))
 	}

@@ -284,6 +284,58 @@ func TestLayoutGuardStart(t *testing.T) {
 		// It was created with the job's count; recreating it is noticed.
 		recreate(t, c, lc.internal[0], 3)
 		wantStop(t, g.check(t.Context()), reasonTopicRecreated, lc.internal[0])
+		// Also by a worker that starts later: the topic is recorded.
+		_, err = lc.start(t)
+		wantStop(t, err, reasonTopicRecreated, lc.internal[0])
+	})
+
+	t.Run("a stage added since the record, its topic left with records", func(t *testing.T) {
+		// This incarnation began without the stage; its internal topic is
+		// left, with records, from an earlier run that had it. Its readers
+		// would start at the topic's start: the records would be read as
+		// this run's own.
+		lc := newLayoutCase(t, c, 2)
+		stale := lc.cfg.Name + "-by-user-repartition"
+		c.CreateTopics(t, 2, stale)
+		lc.produce(t, stale, 5)
+		lc.internal = nil
+		if _, err := lc.start(t); err != nil {
+			t.Fatal(err)
+		}
+		lc.internal = []string{stale}
+		_, err := lc.start(t)
+		wantStop(t, err, reasonInternalTopicInUse, "internal topic "+stale+" holds 5 records", "does not list",
+			"kafka-topics.sh --bootstrap-server "+strings.Join(c.Brokers, ",")+" --delete --topic "+stale)
+		if _, err := checkpoint.ReadAddedTopic(t.Context(), lc.st, lc.cfg.Name, stale); !errors.Is(err, checkpoint.ErrNotFound) {
+			t.Errorf("a refused start recorded the topic: %v", err)
+		}
+	})
+
+	t.Run("a stage added since the record, another worker's tasks writing", func(t *testing.T) {
+		// Worker A recorded the added topic and its tasks wrote to it.
+		// Worker B did not find A's record at first, then finds the
+		// records: A's, not an earlier run's.
+		lc := newLayoutCase(t, c, 2)
+		lc.internal = nil
+		if _, err := lc.start(t); err != nil {
+			t.Fatal(err)
+		}
+		lc.internal = []string{lc.cfg.Name + "-by-user-repartition"}
+		if _, err := lc.start(t); err != nil {
+			t.Fatal(err)
+		}
+		lc.produce(t, lc.internal[0], 3)
+		lc.st = &hideOnce{Storage: lc.st, name: checkpoint.AddedTopicName(lc.cfg.Name, lc.internal[0])}
+		g, err := lc.start(t)
+		if err != nil {
+			t.Fatalf("B refused A's records: %v", err)
+		}
+		if !lc.st.(*hideOnce).hidden.Load() {
+			t.Fatal("the test did not hide the record from B's first read")
+		}
+		if _, ok := g.want.Topic(lc.internal[0]); !ok {
+			t.Fatalf("B does not check the added topic: %+v", g.want)
+		}
 	})
 }
 
