@@ -84,8 +84,9 @@ type layoutGuard struct {
 	log      *slog.Logger
 	inputs   []string
 	internal []string
-	// reset is the command line that deletes a topic, for the errors.
-	reset func(topic string) string
+	// reset is the command line that deletes a topic, for the errors;
+	// setTimestamps the one that makes it keep its records' timestamps.
+	reset, setTimestamps func(topic string) string
 	// storage names the checkpoint storage, for the errors.
 	storage string
 
@@ -110,6 +111,10 @@ func newLayoutGuard(c *Config, st checkpoint.Storage, inputs, internal []string,
 		inputs: slices.Clone(inputs), internal: slices.Clone(internal),
 		reset: func(topic string) string {
 			return "kafka-topics.sh --bootstrap-server " + brokers + " --delete --topic " + topic
+		},
+		setTimestamps: func(topic string) string {
+			return "kafka-configs.sh --bootstrap-server " + brokers + " --alter --entity-type topics --entity-name " + topic +
+				" --add-config " + timestampType + "=CreateTime"
 		},
 		storage: c.Checkpoints,
 	}, nil
@@ -142,6 +147,9 @@ func (g *layoutGuard) start(ctx context.Context, partitions int32) error {
 		return err
 	}
 	if err := g.createInternal(ctx, g.internal, partitions); err != nil {
+		return err
+	}
+	if err := g.keepTimestamps(ctx); err != nil {
 		return err
 	}
 	live, err := g.liveWait(ctx, g.internal)
@@ -219,6 +227,9 @@ func (g *layoutGuard) adopt(ctx context.Context, rec checkpoint.Layout) error {
 		}
 	}
 	if err := g.createInternal(ctx, added, n); err != nil {
+		return err
+	}
+	if err := g.keepTimestamps(ctx); err != nil {
 		return err
 	}
 	live, err := g.liveWait(ctx, added)
@@ -381,7 +392,10 @@ func (g *layoutGuard) createInternal(ctx context.Context, topics []string, parti
 	// Kept until deleted: records wait for a checkpoint's commit and may
 	// carry old event times, which time-based retention would judge by.
 	retention := "-1"
-	res, err := g.adm.CreateTopics(ctx, partitions, -1, map[string]*string{"retention.ms": &retention}, topics...)
+	// A record's event time crosses a KeyBy as its Kafka timestamp, which
+	// a topic of LogAppendTime (a broker's default may be) replaces.
+	createTime := "CreateTime"
+	res, err := g.adm.CreateTopics(ctx, partitions, -1, map[string]*string{"retention.ms": &retention, timestampType: &createTime}, topics...)
 	if err != nil {
 		return fmt.Errorf("create internal topics %v: %w", topics, err)
 	}
@@ -395,6 +409,53 @@ func (g *layoutGuard) createInternal(ctx context.Context, topics []string, parti
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// timestampType is the topic setting that says whether the broker keeps
+// a record's timestamp (CreateTime) or sets its own (LogAppendTime).
+const timestampType = "message.timestamp.type"
+
+// keepTimestamps checks that the job's internal topics that exist keep
+// the timestamps written to them: the event time of a record crosses a
+// KeyBy as its Kafka timestamp, and a topic of LogAppendTime would give
+// every event-time operator after it the broker's clock instead, without
+// a word. Internal topics weir creates are made CreateTime; one made
+// otherwise (by hand, or by an older weir on a broker whose default is
+// LogAppendTime) refuses the start, saying how to set it.
+func (g *layoutGuard) keepTimestamps(ctx context.Context) error {
+	if len(g.internal) == 0 {
+		return nil
+	}
+	rcs, err := g.adm.DescribeTopicConfigs(ctx, g.internal...)
+	if err != nil {
+		return fmt.Errorf("settings of internal topics %v: %w", g.internal, err)
+	}
+	var bad []string
+	for _, rc := range rcs {
+		switch {
+		case errors.Is(rc.Err, kerr.UnknownTopicOrPartition):
+			continue // deleted: the layout's comparison says so
+		case rc.Err != nil:
+			return fmt.Errorf("settings of internal topic %s: %w", rc.Name, rc.Err)
+		}
+		for _, c := range rc.Configs {
+			if c.Key == timestampType && c.Value != nil && *c.Value != "CreateTime" {
+				bad = append(bad, rc.Name)
+			}
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	slices.Sort(bad)
+	var b strings.Builder
+	fmt.Fprintf(&b, "internal topics %s have %s other than CreateTime: the broker sets each record's timestamp, which carries "+
+		"the record's event time across the job's KeyBy, to its own clock, and every event-time operator after it would see that instead. "+
+		"Set it on each:", strings.Join(bad, ", "), timestampType)
+	for _, t := range bad {
+		b.WriteString("\n    " + g.setTimestamps(t))
+	}
+	return errors.New(b.String())
 }
 
 // unused checks that no internal topic holds a record (a watermark marker

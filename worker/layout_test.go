@@ -9,12 +9,14 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -287,6 +289,53 @@ func TestLayoutGuardStart(t *testing.T) {
 		// Also by a worker that starts later: the topic is recorded.
 		_, err = lc.start(t)
 		wantStop(t, err, reasonTopicRecreated, lc.internal[0])
+	})
+
+	t.Run("internal topics keep their records' timestamps", func(t *testing.T) {
+		// Made by weir: CreateTime, whatever the broker's default.
+		lc := newLayoutCase(t, c, 2)
+		if _, err := lc.start(t); err != nil {
+			t.Fatal(err)
+		}
+		rcs, err := c.Admin(t).DescribeTopicConfigs(t.Context(), lc.internal[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc, err := rcs.On(lc.internal[0], nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(rc.Configs, func(c kadm.Config) bool {
+			return c.Key == timestampType && c.Value != nil && *c.Value == "CreateTime"
+		}) {
+			t.Errorf("%s made without %s=CreateTime: %+v", lc.internal[0], timestampType, rc.Configs)
+		}
+		// Made by hand with LogAppendTime: refused, at a new
+		// incarnation's start and at a stage's addition.
+		for _, added := range []bool{false, true} {
+			lc := newLayoutCase(t, c, 2)
+			appendTime := "LogAppendTime"
+			resp, err := c.Admin(t).CreateTopics(t.Context(), 2, -1, map[string]*string{timestampType: &appendTime}, lc.internal[0])
+			if err == nil {
+				err = resp.Error()
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if added {
+				internal := lc.internal
+				lc.internal = nil
+				if _, err := lc.start(t); err != nil {
+					t.Fatal(err)
+				}
+				lc.internal = internal
+			}
+			_, err = lc.start(t)
+			if err == nil || !strings.Contains(err.Error(), lc.internal[0]) ||
+				!strings.Contains(err.Error(), "--entity-name "+lc.internal[0]+" --add-config message.timestamp.type=CreateTime") {
+				t.Errorf("added %v: start with %s of LogAppendTime: %v; want it refused, saying how to set it", added, lc.internal[0], err)
+			}
+		}
 	})
 
 	t.Run("a stage added since the record, its topic left with records", func(t *testing.T) {
