@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -736,20 +737,19 @@ func TestFlushWaitsForRecordsFailedBeforeBuffering(t *testing.T) {
 }
 
 // Under transaction version 2 every transaction takes an epoch of its
-// producer id, and when the epochs run out (at 32,766) the coordinator
-// gives the transactional id a new producer id: at 100 ms checkpoints a
-// slot's id rotates every few hours, a routine event. The slots are driven
-// to the edge with InitProducerID (each bumps the epoch); then checkpoints
-// go on until each of these has happened:
-//   - a commit by the running writer rotated the id, and the writer was
-//     killed before the next checkpoint: the restore of its committable
-//     (whose producer id the coordinator no longer has) finds it committed;
-//   - a writer killed before the commit of a transaction at the epoch
-//     whose end rotates (learnt from the first): the restore resumes the
-//     commit, which rotates the id, and aborts what was written after the
-//     barrier.
+// producer id, and a transaction at the last epoch (32,766) ends with a
+// new producer id for its transactional id: at 100 ms checkpoints each
+// slot in use rotates every few hours, a routine event. The slots are
+// driven to the edge with InitProducerID (each bumps the epoch); then
+// checkpoints go on, and at the first two transactions at the last epoch:
+//   - the first commits, and the writer is killed before the next
+//     checkpoint: the restore of its committable finds it committed;
+//   - the second is pre-committed, and the writer killed before its
+//     commit: the restore resumes the commit (which rotates the id) and
+//     aborts what was written after the barrier.
 //
-// Every record must be read once.
+// Each slot's next transaction must run under a new producer id, and
+// every record must be read once.
 func TestExactlyOnceAcrossProducerIDRotation(t *testing.T) {
 	e := newEnv(t)
 	cfg := e.config()
@@ -791,20 +791,13 @@ func TestExactlyOnceAcrossProducerIDRotation(t *testing.T) {
 	for _, id := range ids {
 		t.Logf("%s driven to %s", id, e.describe(id))
 	}
-	now := func(id string) int64 {
-		t.Helper()
-		_, pid, _, err := describe(ctx(t), e.plain, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return pid
-	}
 
+	const lastEpoch = math.MaxInt16 - 1
 	w := e.mustOpen(cfg, nil)
 	var want []string
-	rotating := int16(-1) // the epoch of a transaction whose end rotated its id
-	var committedThenKilled, resumedRotated bool
-	for i := checkpoint.ID(1); i <= 60 && !(committedThenKilled && resumedRotated); i++ {
+	rotated := map[string]int64{} // transactional id -> producer id it must have left
+	var committedThenKilled, resumedThenKilled bool
+	for i := checkpoint.ID(1); i <= 60 && (!committedThenKilled || !resumedThenKilled || len(rotated) > 0); i++ {
 		v := fmt.Sprintf("v%d", i)
 		write(t, w, v)
 		want = append(want, v)
@@ -813,37 +806,46 @@ func TestExactlyOnceAcrossProducerIDRotation(t *testing.T) {
 			t.Fatalf("checkpoint %d: committables %+v, want one", i, cs)
 		}
 		cm := cs[0]
-		if cm.Epoch == rotating && !resumedRotated {
-			write(t, w, fmt.Sprintf("after-barrier-%d", i))
-			crash(w)
-			w = e.mustOpen(cfg, cs)
-			if pid := now(cm.TransactionalID); pid == cm.ProducerID {
-				t.Fatalf("checkpoint %d: the restore's commit of %+v left producer id %d", i, cm, pid)
+		if old, ok := rotated[cm.TransactionalID]; ok {
+			if cm.ProducerID == old {
+				t.Fatalf("checkpoint %d: %s still under producer id %d (epoch %d) after a transaction at the last epoch", i, cm.TransactionalID, old, cm.Epoch)
 			}
-			t.Logf("checkpoint %d: the restore's commit of %s at epoch %d rotated its producer id", i, cm.TransactionalID, cm.Epoch)
-			resumedRotated = true
-			continue
+			t.Logf("checkpoint %d: %s under producer id %d now (epoch %d)", i, cm.TransactionalID, cm.ProducerID, cm.Epoch)
+			delete(rotated, cm.TransactionalID)
 		}
-		commit(t, w, i)
-		if pid := now(cm.TransactionalID); pid != cm.ProducerID && rotating < 0 {
-			rotating = cm.Epoch
-			t.Logf("checkpoint %d: committing %s at epoch %d rotated its producer id, %d to %d", i, cm.TransactionalID, cm.Epoch, cm.ProducerID, pid)
+		switch {
+		case cm.Epoch != lastEpoch:
+			commit(t, w, i)
+		case !committedThenKilled:
+			commit(t, w, i)
+			t.Logf("checkpoint %d: committed %s at the last epoch; coordinator: %s", i, cm.TransactionalID, e.describe(cm.TransactionalID))
 			sts, err := Check(ctx(t), e.plain, cs)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if sts[0].Outcome != engine.CommitDone {
-				t.Fatalf("Check of the committed transaction after its id rotated: %+v, want committed", sts[0])
+				t.Fatalf("Check of the committed transaction at the last epoch: %+v, want committed", sts[0])
 			}
 			crash(w)
 			w = e.mustOpen(cfg, cs)
 			committedThenKilled = true
+			rotated[cm.TransactionalID] = cm.ProducerID
+		case !resumedThenKilled:
+			write(t, w, fmt.Sprintf("after-barrier-%d", i))
+			crash(w)
+			w = e.mustOpen(cfg, cs)
+			t.Logf("checkpoint %d: the restore committed %s at the last epoch; coordinator: %s", i, cm.TransactionalID, e.describe(cm.TransactionalID))
+			resumedThenKilled = true
+			rotated[cm.TransactionalID] = cm.ProducerID
+		default:
+			commit(t, w, i)
 		}
 	}
-	if !committedThenKilled || !resumedRotated {
-		t.Fatalf("the checkpoints did not meet both rotations (after a commit: %v; in a restore's commit: %v)", committedThenKilled, resumedRotated)
+	if !committedThenKilled || !resumedThenKilled || len(rotated) > 0 {
+		t.Fatalf("the checkpoints did not cross both rotations (after a commit: %v; in a restore's commit: %v; not seen rotated: %v)",
+			committedThenKilled, resumedThenKilled, rotated)
 	}
-	// The restored slot is re-initialised once a checkpoint completes.
+	// The last restore's slot is re-initialised once a checkpoint completes.
 	write(t, w, "last")
 	want = append(want, "last")
 	preCommit(t, w, 100)
