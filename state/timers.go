@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -69,11 +70,19 @@ func (h *timerHeap) Pop() any {
 	return x
 }
 
+// maxTimerTime is the latest time a timer holds: timers keep Unix
+// nanoseconds.
+var maxTimerTime = time.Unix(0, math.MaxInt64)
+
 func (t *Timers) encode(ts time.Time) ([]byte, int64, error) {
-	n := ts.UnixNano()
-	if n < 0 {
+	switch {
+	case ts.Before(time.Unix(0, 0)):
 		return nil, 0, fmt.Errorf("timers %q: time %v is before 1970", t.name, ts)
+	case ts.After(maxTimerTime):
+		// UnixNano would wrap around.
+		return nil, 0, fmt.Errorf("timers %q: time %v is past %v, the latest a timer holds", t.name, ts, maxTimerTime.UTC())
 	}
+	n := ts.UnixNano()
 	binary.BigEndian.PutUint64(t.tsBuf[:], uint64(n))
 	return t.tsBuf[:], n, nil
 }
@@ -163,7 +172,15 @@ func (t *Timers) Next() (time.Time, bool) {
 func (t *Timers) FireDue(now time.Time, fn func(ts time.Time) error) error {
 	prev := t.scope.Key()
 	defer t.scope.Set(prev)
-	limit := now.UnixNano()
+	var limit int64 // now as Unix nanoseconds, within what timers hold
+	switch {
+	case now.After(maxTimerTime):
+		limit = math.MaxInt64
+	case now.Before(time.Unix(0, 0)):
+		limit = -1
+	default:
+		limit = now.UnixNano()
+	}
 	for {
 		if err := t.popDead(); err != nil {
 			return err

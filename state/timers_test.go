@@ -2,6 +2,7 @@ package state
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -124,5 +125,33 @@ func TestTimersFireErrorStops(t *testing.T) {
 	}
 	if next, _ := tm.Next(); next.Unix() != 1 {
 		t.Errorf("Next = %v, want the second timer", next)
+	}
+}
+
+// TestTimersRange: timers keep Unix nanoseconds, 1970 to 2262. A time past
+// that is refused (its nanoseconds would wrap around, to a time of no
+// timer's), and a FireDue past it fires every timer.
+func TestTimersRange(t *testing.T) {
+	scope := &KeyScope{}
+	tm, err := NewTimers(OpenMemory(MemoryOptions{}), scope, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scope.Set([]byte("k"))
+	last := time.Unix(0, math.MaxInt64)
+	for _, ts := range []time.Time{last.Add(time.Nanosecond), time.UnixMilli(1_700_000_000_000_000 + 1<<40), time.Unix(-1, 0)} {
+		if err := tm.Register(ts); err == nil {
+			t.Errorf("Register(%v): no error, want it refused", ts)
+		}
+	}
+	if err := tm.Register(last); err != nil {
+		t.Fatal(err)
+	}
+	if got := fireAll(t, tm, scope, 0, nil); len(got) != 0 {
+		t.Fatalf("fired %v at 1970", got)
+	}
+	var n int
+	if err := tm.FireDue(time.UnixMilli(math.MaxInt64), func(time.Time) error { n++; return nil }); err != nil || n != 1 {
+		t.Fatalf("FireDue past 2262: fired %d, %v; want the last timer", n, err)
 	}
 }

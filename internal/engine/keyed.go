@@ -119,13 +119,16 @@ func (c *Context[K, Out]) RegisterEventTimer(ts time.Time) error {
 	if c.etimers == nil {
 		return errors.New("register event timer: the operator has no OnEventTimer function")
 	}
-	return c.etimers.Register(eventTimerAt(ts))
+	return registerEventTimer(c.etimers, ts)
 }
 
 // DeleteEventTimer removes the current key's event-time timer at ts.
 func (c *Context[K, Out]) DeleteEventTimer(ts time.Time) error {
 	if c.etimers == nil {
 		return errors.New("delete event timer: the operator has no OnEventTimer function")
+	}
+	if ts.UnixMilli() > maxEventTimerMillis {
+		return nil // none can be registered there
 	}
 	return c.etimers.Delete(eventTimerAt(ts))
 }

@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"fmt"
 	"math"
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/state"
 )
 
 // Event time. Every record carries a timestamp (Position.Timestamp, Unix
@@ -94,13 +96,29 @@ const eventTimerBias = 1 << 40 // ms
 // eventTimerAt is the timer time of event time ts.
 func eventTimerAt(ts time.Time) time.Time { return ts.Add(eventTimerBias * time.Millisecond) }
 
+// maxEventTimerMillis is the latest event time an event-time timer holds:
+// timers keep Unix nanoseconds (up to 2262), less the bias (about 2227).
+const maxEventTimerMillis = math.MaxInt64/int64(time.Millisecond) - eventTimerBias
+
+// registerEventTimer registers the event-time timer of ts in timers. An
+// event time past what timers hold is refused: its timer time would wrap
+// around, and the timer fire at a time of no window's, or never.
+func registerEventTimer(timers *state.Timers, ts time.Time) error {
+	if ts.UnixMilli() > maxEventTimerMillis {
+		return fmt.Errorf("event time %s is past %s, the latest an event-time timer holds (a timestamp in microseconds or nanoseconds taken for milliseconds?)",
+			ts.UTC().Format(time.RFC3339Nano), time.UnixMilli(maxEventTimerMillis).UTC().Format(time.RFC3339))
+	}
+	return timers.Register(eventTimerAt(ts))
+}
+
 // eventTimeOf is the event time of timer time t.
 func eventTimeOf(t time.Time) time.Time { return t.Add(-eventTimerBias * time.Millisecond) }
 
 // eventTimerLimit is the timer time up to which timers are due at
 // watermark wm.
 func eventTimerLimit(wm int64) time.Time {
-	if wm == endOfTime {
+	if wm == endOfTime || wm > maxEventTimerMillis {
+		// Past every timer there can be (wm + eventTimerBias would wrap).
 		return time.Unix(0, math.MaxInt64)
 	}
 	return time.UnixMilli(wm + eventTimerBias)

@@ -230,7 +230,7 @@ func (o *windowOp[K, In, Out]) addTo(v In, start, end int64) error {
 		if err := o.fireNow(ns, start, end); err != nil {
 			return err
 		}
-		return o.etimers.Register(eventTimerAt(time.UnixMilli(end - 1 + o.lateness)))
+		return registerEventTimer(o.etimers, time.UnixMilli(end-1+o.lateness))
 	}
 	return o.setTimers(end)
 }
@@ -240,11 +240,11 @@ func (o *windowOp[K, In, Out]) addTo(v In, start, end int64) error {
 // window that merged away, finds by startOf what ends then, if anything.
 // So timers are never deleted.
 func (o *windowOp[K, In, Out]) setTimers(end int64) error {
-	if err := o.etimers.Register(eventTimerAt(time.UnixMilli(end - 1))); err != nil {
+	if err := registerEventTimer(o.etimers, time.UnixMilli(end-1)); err != nil {
 		return err
 	}
 	if o.lateness > 0 {
-		return o.etimers.Register(eventTimerAt(time.UnixMilli(end - 1 + o.lateness)))
+		return registerEventTimer(o.etimers, time.UnixMilli(end-1+o.lateness))
 	}
 	return nil
 }

@@ -2,7 +2,9 @@ package engine_test
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -97,5 +99,30 @@ func TestEventTimeBefore1970(t *testing.T) {
 	want := [][3]int64{{-10 - wBase, -wBase, 1}, {-wBase, 10 - wBase, 1}}
 	if !slices.Equal(fired, want) || late != 0 {
 		t.Fatalf("fired %v, %d late; want %v", fired, late, want)
+	}
+}
+
+// TestWindowEventTimePastTimers: an event time past what event-time timers
+// hold (about 2227; here a microsecond timestamp taken for milliseconds,
+// the year 55840) fails the task, naming it. Its timer's time wrapped
+// around before, and its window never fired, nor did anything say so.
+func TestWindowEventTimePastTimers(t *testing.T) {
+	recs := []wEvent{{Key: 1, TS: 1_700_000_000_000}, {Key: 2, TS: 1_700_000_000_000_000}}
+	job := stream.NewJob("far")
+	src := stream.SourceWithWatermarks(job, "events", func(context.Context, engine.TaskInfo, []checkpoint.SourcePosition) (engine.SourceReader[wEvent], error) {
+		return &oneByOne{recs: recs}, nil
+	}, stream.Watermarks[wEvent]{Timestamp: func(e wEvent, _ stream.Position) time.Time { return time.UnixMilli(e.TS) }})
+	keyed := stream.KeyByPartitioned(src, "by-key", func(e wEvent) uint64 { return e.Key }, state.Uint64())
+	win := stream.Aggregate(keyed, "windows", stream.Tumbling(10*time.Millisecond), stream.WindowOptions{}, state.Int64(), countAdd, countMerge, countResult)
+	stream.Sink(win.Results, "sink", stream.DiscardSink[wResult]())
+	plan, err := job.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = engine.Run(t.Context(), plan, engine.Config{Tasks: []int{0}, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}),
+		StateDir: t.TempDir(), RestartBackoff: time.Millisecond})
+	var re *engine.RecordError
+	if !errors.As(err, &re) || re.Position.Offset != 1 || !strings.Contains(err.Error(), "the latest an event-time timer holds") {
+		t.Fatalf("run: %v; want the task failed on record 1, its event time past the timers'", err)
 	}
 }
