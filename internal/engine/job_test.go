@@ -289,7 +289,10 @@ func TestSupersededTaskStops(t *testing.T) {
 // storage holds only the newest Retained of them.
 func TestRetentionKeepsNewestCheckpoints(t *testing.T) {
 	st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
-	plan := countJob(t, 200_000, 10, 1, nil, stream.DiscardSink[update]())
+	// Long enough for many retention calls (at most one per 10 ms here):
+	// at 200,000 records the run took 30 ms, and a task that ended just
+	// before its fourth call left half its checkpoints.
+	plan := countJob(t, 2_000_000, 10, 1, nil, stream.DiscardSink[update]())
 	err := engine.Run(t.Context(), plan, engine.Config{
 		Tasks: []int{0}, Storage: st, StateDir: t.TempDir(), Retained: 2,
 		Checkpoint: checkpoint.Config{Interval: time.Millisecond},
