@@ -1,6 +1,7 @@
 package stream
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -418,7 +419,7 @@ func KeyBy[K, T any](s Stream[T], name string, key func(T) K, keyCodec state.Cod
 		MaxPollRecords: env.BatchSize,
 		Topics:         []string{topic},
 		Start:          source.StartEarliest,
-		Decode:         func(r *kgo.Record) (T, error) { return codec.Decode(r.Value) },
+		Decode:         movedDecoder(name, key, keyCodec, codec),
 		OnDecodeError:  source.Fail, // weir wrote it: a record that does not decode is a bug
 		GroupID:        env.LagGroup,
 		Watermarks:     true,
@@ -428,6 +429,7 @@ func KeyBy[K, T any](s Stream[T], name string, key func(T) K, keyCodec state.Cod
 	}
 	src := func(ctx context.Context, info engine.TaskInfo, restored []checkpoint.SourcePosition) (engine.SourceReader[T], error) {
 		tc := rc
+		tc.Decode = movedDecoder(name, key, keyCodec, codec) // a buffer per reader
 		tc.Consumers = env.Consumers
 		if env.SourceOpts != nil && env.Consumers == nil {
 			tc.ClientOpts = env.SourceOpts(info.Task, name)
@@ -439,6 +441,31 @@ func KeyBy[K, T any](s Stream[T], name string, key func(T) K, keyCodec state.Cod
 		return f(ctx, info, restored)
 	}
 	return KeyByPartitioned(Source(j, name+"-read", src), name, key, keyCodec)
+}
+
+// movedDecoder decodes the records a KeyBy moved, and checks that each
+// one's key, computed again from the decoded value (as the keyed operator
+// after the move does), is the key it was moved by, the record's. A codec
+// that does not give back the fields the key function reads (a JSON codec
+// and a string that is not UTF-8, a field it skips) would otherwise key
+// the record by another key: in the task of its own key (else the key
+// check stops the task), but with the state of another, merging keys
+// without a word. A reader uses it from one goroutine.
+func movedDecoder[K, T any](name string, key func(T) K, keyCodec state.Codec[K], codec state.Codec[T]) func(*kgo.Record) (T, error) {
+	var buf []byte
+	return func(r *kgo.Record) (T, error) {
+		v, err := codec.Decode(r.Value)
+		if err != nil {
+			return v, err
+		}
+		if buf = keyCodec.Append(buf[:0], key(v)); !bytes.Equal(buf, r.Key) {
+			var zero T
+			return zero, fmt.Errorf("keyBy %q: the record read back has key %q where it was moved by key %q: "+
+				"its codec does not give back what the key function reads, so records of distinct keys would share state; "+
+				"use a codec that gives back the fields the key is made of", name, buf, r.Key)
+		}
+		return v, nil
+	}
 }
 
 // Register makes build the job called name of a worker binary: `processor
