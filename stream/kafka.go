@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -217,6 +218,28 @@ func (j *Job) resolve() {
 			ts = append(ts, w.topic)
 		}
 		j.g.Fail(fmt.Errorf("--output: the job writes %d topics (%s): point each elsewhere with --topic NAME=TOPIC", len(writes), strings.Join(ts, ", ")))
+	}
+	// Every --topic NAME=TOPIC must name a topic of the job's, and not one
+	// --input or --output already points elsewhere: a typo would leave
+	// the job on its own topic, and one of two flags would win unsaid.
+	declared := map[string]bool{}
+	for _, r := range reads {
+		declared[r.topic] = true
+		if _, ok := env.Topics[r.topic]; ok && env.Input != "" {
+			j.g.Fail(fmt.Errorf("--input %s and --topic %s=%s both point the job's read %q elsewhere: give one", env.Input, r.topic, env.Topics[r.topic], r.name))
+		}
+	}
+	for _, w := range writes {
+		declared[w.topic] = true
+		if _, ok := env.Topics[w.topic]; ok && env.Output != "" {
+			j.g.Fail(fmt.Errorf("--output %s and --topic %s=%s both point the job's write %q elsewhere: give one", env.Output, w.topic, env.Topics[w.topic], w.name))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(env.Topics)) {
+		if !declared[name] {
+			j.g.Fail(fmt.Errorf("--topic %s=%s: the job has no topic %q (it reads and writes %s)", name, env.Topics[name], name,
+				strings.Join(slices.Sorted(maps.Keys(declared)), ", ")))
+		}
 	}
 	for _, r := range reads {
 		topic := env.Resolve(r.topic)

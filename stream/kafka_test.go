@@ -120,6 +120,37 @@ func TestOneOfEachOverrides(t *testing.T) {
 	}
 }
 
+// TestTopicOverridesMustApply: a --topic NAME=TOPIC that names no topic of
+// the job (a typo) would leave the job on its own topic, and one that
+// --input or --output also points would lose to it; both are refused,
+// naming the settings.
+func TestTopicOverridesMustApply(t *testing.T) {
+	build := func(env *jobenv.Env) error {
+		job := kafkaJob("shop", env)
+		stream.Write(stream.Read(job, "orders", "orders", decodeString), "paid", "paid", encodeString)
+		_, err := job.Build()
+		return err
+	}
+	if err := build(&jobenv.Env{Topics: map[string]string{"orders": "prod.orders", "paid": "prod.paid"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env  *jobenv.Env
+		want string
+	}{
+		{&jobenv.Env{Topics: map[string]string{"orders": "prod.orders", "payd": "prod.paid"}},
+			`--topic payd=prod.paid: the job has no topic "payd" (it reads and writes orders, paid)`},
+		{&jobenv.Env{Input: "staging.orders", Topics: map[string]string{"orders": "prod.orders"}},
+			`--input staging.orders and --topic orders=prod.orders both point the job's read "orders" elsewhere`},
+		{&jobenv.Env{Output: "staging.paid", Topics: map[string]string{"paid": "prod.paid"}},
+			`--output staging.paid and --topic paid=prod.paid both point the job's write "paid" elsewhere`},
+	} {
+		if err := build(tc.env); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v; want %q", tc.env, err, tc.want)
+		}
+	}
+}
+
 // TestKeyByWithoutKafkaRunsOneTask: built without Kafka, KeyBy cannot move
 // records, so its plan runs task 0 and refuses any other, loudly; task 0
 // alone counts right.

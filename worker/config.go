@@ -324,8 +324,11 @@ func (c *Config) Validate() error {
 		case c.TxnTimeout < time.Second:
 			bad("txn-timeout", "%v, want at least 1s", c.TxnTimeout)
 		case c.Interval > 0 && c.TolerableFailures >= 0 && c.RestartAllowance >= 0:
-			if err := sink.CheckTimeout(c.TxnTimeout, c.Interval, c.TolerableFailures, c.RestartAllowance); err != nil {
-				bad("txn-timeout", "%v (flags --txn-timeout, --interval, --tolerable-failures, --restart-allowance)", err)
+			// Checkpoints start at most every --interval and at least
+			// --min-pause after the last one ended: a transaction spans
+			// the longer of the two.
+			if err := sink.CheckTimeout(c.TxnTimeout, max(c.Interval, c.MinPause), c.TolerableFailures, c.RestartAllowance); err != nil {
+				bad("txn-timeout", "%v (flags --txn-timeout, --interval, --min-pause, --tolerable-failures, --restart-allowance)", err)
 			}
 		}
 	}

@@ -72,6 +72,10 @@ func TestValidateNamesTheBadSetting(t *testing.T) {
 			"--txn-timeout: sink transaction timeout 20s is too short", "--interval", "--tolerable-failures", "--restart-allowance",
 		}},
 		{"txn timeout unit", func(c *Config) { c.TxnTimeout = time.Millisecond }, []string{"--txn-timeout: 1ms, want at least 1s"}},
+		// A transaction spans --min-pause at least, past --interval here.
+		{"txn timeout min pause", func(c *Config) { c.MinPause = 2 * time.Minute }, []string{
+			"--txn-timeout: sink transaction timeout 1m0s is too short", "--min-pause",
+		}},
 		{"start", func(c *Config) { c.Start = "yesterday" }, []string{`--start: "yesterday"`}},
 		{"partitioner", func(c *Config) { c.Partitioner = "consistent_random" }, []string{`--partitioner: "consistent_random", want murmur2, crc32 or fnv1a`}},
 		{"dead letter needs topic", func(c *Config) { c.OnDecodeError = "dead-letter" }, []string{"--on-decode-error: dead-letter needs --dead-letter"}},
