@@ -147,6 +147,17 @@ func NextEpoch(ctx context.Context, st Storage, job string) (int64, error) {
 		if err != nil {
 			return 0, fmt.Errorf("allocate an epoch for %s: %w", job, err)
 		}
+		// The write may have made again an epoch another caller got and a
+		// third deleted meanwhile: the deletions below judge age by the
+		// deleter's clock, which may be hours ahead. An epoch is deleted
+		// only while a larger one exists, and the largest never is; so
+		// none larger now means next was nobody's.
+		switch larger, err := epochAbove(ctx, st, dir, next); {
+		case err != nil:
+			return 0, fmt.Errorf("allocate an epoch for %s: %w", job, err)
+		case larger:
+			continue
+		}
 		// Best effort: the newest object is what matters, and it stays.
 		cutoff := now.Add(-epochsKept).UnixNano()
 		for _, e := range have {
@@ -158,6 +169,20 @@ func NextEpoch(ctx context.Context, st Storage, job string) (int64, error) {
 		return next, nil
 	}
 	return 0, fmt.Errorf("allocate an epoch for %s: too many concurrent allocations", job)
+}
+
+// epochAbove says whether dir holds an epoch larger than e.
+func epochAbove(ctx context.Context, st Storage, dir string, e int64) (bool, error) {
+	names, err := st.List(ctx, dir)
+	if err != nil {
+		return false, err
+	}
+	for _, name := range names {
+		if n, err := strconv.ParseInt(strings.TrimPrefix(name, dir), 10, 64); err == nil && n > e {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // RecordEpoch records an epoch chosen by hand (a worker's --epoch), so

@@ -144,6 +144,60 @@ func TestNextEpochUnderClockSkew(t *testing.T) {
 	}
 }
 
+// putHook runs hook once, just before the first PutIfAbsent under prefix:
+// a caller stalled between its listing and its write (a pause, a slow
+// request), while others allocate.
+type putHook struct {
+	Storage
+	prefix string
+	hook   func()
+}
+
+func (p *putHook) PutIfAbsent(ctx context.Context, name string, data []byte) error {
+	if h := p.hook; h != nil && strings.HasPrefix(name, p.prefix) {
+		p.hook = nil
+		h()
+	}
+	return p.Storage.PutIfAbsent(ctx, name, data)
+}
+
+// A clock hours ahead makes the deleting worker take epochs allocated a
+// moment ago for an hour old. A caller that listed before such a deletion
+// and writes after it must not get the deleted epoch, which another caller
+// holds: two owners of one epoch are not told apart.
+func TestNextEpochNotReusedUnderHoursOfSkew(t *testing.T) {
+	defer func() { epochClock = time.Now }()
+	ctx := context.Background()
+	st := NewMemory(MemoryOptions{})
+	base := time.Now()
+	clock := func(d time.Duration) { epochClock = func() time.Time { return base.Add(d) } }
+	next := func(st Storage) int64 {
+		t.Helper()
+		e, err := NextEpoch(ctx, st, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	clock(2 * time.Hour) // worker F, ahead
+	next(st)
+	var b, f int64
+	stalled := &putHook{Storage: st, prefix: epochsDir("job"), hook: func() {
+		clock(0) // worker B
+		b = next(st)
+		clock(3*time.Hour + 30*time.Minute) // F again: B's epoch is "old"
+		next(st)
+		f = next(st)
+		clock(0)
+	}}
+	clock(0) // worker A: lists, stalls, writes
+	a := next(stalled)
+	t.Logf("B %d, F %d, A %d", b, f, a)
+	if a == b || a < f {
+		t.Fatalf("A got epoch %d after B got %d and F %d: want one larger than both", a, b, f)
+	}
+}
+
 func mustFile(t *testing.T) *File {
 	f, err := NewFile(t.TempDir())
 	if err != nil {
