@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
+	crand "crypto/rand"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -229,7 +230,33 @@ func NewS3(ctx context.Context, opts S3Options) (*S3, error) {
 	if _, err := client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(opts.Bucket)}); err != nil {
 		return nil, fmt.Errorf("s3 storage: bucket %s: %w", opts.Bucket, err)
 	}
+	if err := st.checkConditionalWrites(ctx); err != nil {
+		return nil, err
+	}
 	return st, nil
+}
+
+// checkConditionalWrites writes a probe object twice, each time only if
+// absent (If-None-Match: *), and wants the second refused. A server that
+// ignores the condition (older MinIO, some S3 look-alikes) takes both:
+// then two owners' manifests of one checkpoint, or two callers' epochs,
+// would overwrite each other without a word, and weir refuses the store.
+func (s *S3) checkConditionalWrites(ctx context.Context) error {
+	var r [8]byte
+	_, _ = crand.Read(r[:])
+	name := fmt.Sprintf("probes/conditional-write-%d-%x", time.Now().UnixNano(), r)
+	defer func() { _ = s.Delete(context.WithoutCancel(ctx), name) }()
+	if err := s.PutIfAbsent(ctx, name, []byte("first\n")); err != nil {
+		return fmt.Errorf("s3 storage: bucket %s: write a probe object: %w", s.bucket, err)
+	}
+	switch err := s.PutIfAbsent(ctx, name, []byte("second\n")); {
+	case errors.Is(err, ErrExists):
+		return nil
+	case err != nil:
+		return fmt.Errorf("s3 storage: bucket %s: write a probe object again: %w", s.bucket, err)
+	}
+	return fmt.Errorf("s3 storage: bucket %s: the server ignores If-None-Match (it replaced an object a PUT with If-None-Match: * found there): "+
+		"weir needs conditional writes to keep two owners' checkpoints apart; use AWS S3, a MinIO of 2024 or later, or another store that honours them", s.bucket)
 }
 
 // Client returns the storage's S3 client, configured as the storage uses it.

@@ -193,13 +193,13 @@ func TestS3PutIfAbsentAfterAmbiguousFailure(t *testing.T) {
 			return faultproxy.Pass
 		}}
 		p := startProxy(t, b.Endpoint, faultproxy.Options{Decide: log.decide})
+		st := newTestS3(t, b, p.URL, b.Prefix+"own", nil) // its probe writes unharmed
 		p.Enable(true)
-		st := newTestS3(t, b, p.URL, b.Prefix+"own", nil)
 		name := ManifestName("j", 0, 1)
 		if err := st.PutIfAbsent(ctx, name, []byte("manifest")); err != nil {
 			t.Fatalf("PutIfAbsent: %v", err)
 		}
-		if n := log.count("PUT", ""); n != 2 {
+		if n := log.count("PUT", name); n != 2 {
 			t.Errorf("%d PUTs, want 2 (the lost one and the refused retry)", n)
 		}
 		if st.ownWriteFound.Load() != 1 {
@@ -463,5 +463,33 @@ func TestS3PutFromFailingReaderLeavesNothing(t *testing.T) {
 	}
 	if len(out.Uploads) != 0 {
 		t.Fatalf("%d multipart uploads left open", len(out.Uploads))
+	}
+}
+
+// A server that ignores If-None-Match (older MinIO, some look-alikes; here
+// a proxy that drops the header) would let two owners' manifests of one
+// checkpoint replace each other. NewS3 refuses it, and leaves no probe
+// object behind.
+func TestS3RefusesAServerWithoutConditionalWrites(t *testing.T) {
+	b := testcluster.S3(t)
+	p := startProxy(t, b.Endpoint, faultproxy.Options{Decide: func(r *http.Request, _ int) faultproxy.Fault {
+		r.Header.Del("If-None-Match")
+		return faultproxy.Pass
+	}})
+	p.Enable(true)
+	opts := S3Options{Bucket: b.Name, Prefix: b.Prefix + "nocond", Region: b.Region, Endpoint: p.URL, PathStyle: true}
+	if b.AccessKey != "" {
+		opts.Credentials = aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: b.AccessKey, SecretAccessKey: b.SecretKey, Source: "test"}, nil
+		})
+	}
+	_, err := NewS3(t.Context(), opts)
+	if err == nil || !strings.Contains(err.Error(), "ignores If-None-Match") {
+		t.Fatalf("NewS3 through a server without conditional writes: %v; want it refused", err)
+	}
+	p.Enable(false)
+	st := newTestS3(t, b, p.URL, b.Prefix+"nocond", nil)
+	if names, err := st.List(t.Context(), ""); err != nil || len(names) != 0 {
+		t.Errorf("left behind: %v (%v)", names, err)
 	}
 }
