@@ -113,6 +113,51 @@ func WriteLayout(ctx context.Context, st Storage, l Layout) error {
 	return nil
 }
 
+// PartitionerName is the object name of the record of job's partitioner:
+// the hash that puts a key in its task, in the input's partitions and in
+// every internal topic. A key's state is in the task its partitioner chose
+// when the state was written, so a job keeps one for good.
+func PartitionerName(job string) string { return job + "/partitioner.json" }
+
+type partitionerRecord struct {
+	Partitioner string `json:"partitioner"`
+}
+
+// WritePartitioner records name as job's partitioner. One already
+// recorded wraps ErrExists.
+func WritePartitioner(ctx context.Context, st Storage, job, name string) error {
+	if !validJobName(job) || name == "" {
+		return fmt.Errorf("write %s: job %q, partitioner %q", PartitionerName(job), job, name)
+	}
+	b, err := json.Marshal(partitionerRecord{Partitioner: name})
+	if err != nil {
+		return fmt.Errorf("write %s: %w", PartitionerName(job), err)
+	}
+	if err := st.PutIfAbsent(ctx, PartitionerName(job), append(b, '\n')); err != nil {
+		return fmt.Errorf("write %s: %w", PartitionerName(job), err)
+	}
+	return nil
+}
+
+// ReadPartitioner reads job's partitioner record; none wraps ErrNotFound.
+func ReadPartitioner(ctx context.Context, st Storage, job string) (string, error) {
+	name := PartitionerName(job)
+	rc, err := st.Get(ctx, name)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", name, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxLayoutSize+1))
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", name, err)
+	}
+	var r partitionerRecord
+	if err := json.Unmarshal(b, &r); err != nil || r.Partitioner == "" {
+		return "", fmt.Errorf("read %s: %w: %v", name, ErrCorrupt, err)
+	}
+	return r.Partitioner, nil
+}
+
 // AddedTopicName is the object name of the record of topic, an internal
 // topic of job that its layout record does not list: read since a stage
 // was added to the job. Like the layout record, it is written once and

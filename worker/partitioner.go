@@ -1,8 +1,15 @@
 package worker
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/cli"
 	"github.com/weirstream/weir/internal/marker"
 	"github.com/weirstream/weir/internal/partition"
 )
@@ -34,4 +41,43 @@ func repartitioner(p partition.Partitioner) kgo.Partitioner {
 			return p.Partition(r.Key, n)
 		}
 	})
+}
+
+// checkPartitioner holds job to one partitioner for good: a key's state is
+// in the task the partitioner chose when the state was written, and
+// another would send the key's next records (through the input's
+// producers and every KeyBy) to another task, where its state starts
+// over, without a word. The first start of the job records name; a start
+// with another refuses, naming --partitioner. A job with checkpoints from
+// before the record gets it as it is now, with a warning.
+func checkPartitioner(ctx context.Context, st checkpoint.Storage, job, name string, log *slog.Logger) error {
+	for range 2 {
+		switch rec, err := checkpoint.ReadPartitioner(ctx, st, job); {
+		case err == nil && rec == name:
+			return nil
+		case err == nil:
+			return cli.UsageError{Err: fmt.Errorf("--partitioner %s: job %s's state was keyed with %s (%s): "+
+				"keys would go to other tasks than their state, which would start over; run it with --partitioner %s, "+
+				"or start it afresh under a new --name", name, job, rec, checkpoint.PartitionerName(job), rec)}
+		case !errors.Is(err, checkpoint.ErrNotFound):
+			return err
+		}
+		history, err := checkpoint.HasCheckpoints(ctx, st, job)
+		if err != nil {
+			return err
+		}
+		switch err := checkpoint.WritePartitioner(ctx, st, job, name); {
+		case errors.Is(err, checkpoint.ErrExists):
+			continue // another worker recorded it: compare with that
+		case err != nil:
+			return err
+		}
+		if history {
+			log.Warn("the job has checkpoints but no record of its partitioner (they were written by an earlier version): "+
+				"recording --partitioner as it is now; a change made before now cannot be told",
+				"partitioner", name, "record", checkpoint.PartitionerName(job))
+		}
+		return nil
+	}
+	return fmt.Errorf("record the partitioner of %s: written and not found", job)
 }

@@ -1,11 +1,16 @@
 package worker
 
 import (
+	"errors"
+	"log/slog"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/cli"
 	"github.com/weirstream/weir/internal/marker"
 	"github.com/weirstream/weir/internal/partition"
 )
@@ -41,5 +46,42 @@ func TestRepartitioner(t *testing.T) {
 				t.Errorf("a nil key: partition %d, want %d (hashed as empty)", got, want)
 			}
 		})
+	}
+}
+
+// TestCheckPartitioner: a job's first start records its partitioner; a
+// start with another is refused, naming --partitioner and the recorded
+// one; a job with checkpoints of before the record gets it with a warning.
+func TestCheckPartitioner(t *testing.T) {
+	ctx := t.Context()
+	var logs strings.Builder
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	st := checkpoint.NewMemory(checkpoint.MemoryOptions{})
+	for _, name := range []string{"murmur2", "murmur2"} {
+		if err := checkPartitioner(ctx, st, "job", name, log); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := checkPartitioner(ctx, st, "job", "fnv1a", log)
+	var ue cli.UsageError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "--partitioner fnv1a: job job's state was keyed with murmur2") ||
+		!strings.Contains(err.Error(), "run it with --partitioner murmur2") {
+		t.Fatalf("another partitioner: %v; want a usage error naming both", err)
+	}
+	if strings.Contains(logs.String(), "no record") {
+		t.Errorf("warned on a new job: %s", logs.String())
+	}
+
+	if err := st.PutIfAbsent(ctx, checkpoint.ManifestName("old", 0, 3), []byte("{}")); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPartitioner(ctx, st, "old", "crc32", log); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "no record of its partitioner") {
+		t.Error("no warning that the partitioner was recorded late")
+	}
+	if err := checkPartitioner(ctx, st, "old", "murmur2", log); err == nil {
+		t.Error("the late record is not kept to")
 	}
 }

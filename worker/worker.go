@@ -282,6 +282,11 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		w.awaitSignal(ctx)
 		return fmt.Errorf("job %s: %w", c.name(), err)
 	}
+	if w.plan.Keyed() {
+		if err := checkPartitioner(ctx, w.storage, c.name(), c.partitioner().String(), log); err != nil {
+			return err
+		}
+	}
 	w.parts = int(w.layout.partitions)
 	for _, t := range c.Tasks {
 		if t >= w.parts {

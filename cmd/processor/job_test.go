@@ -331,3 +331,45 @@ func env(kv ...string) func(string) (string, bool) {
 		return "", false
 	}
 }
+
+// TestPartitionerKeptForGood: the word count keys by word through a
+// repartition topic written with --partitioner. A start with another
+// partitioner than the job's state was keyed with would send most words to
+// another task than their counts, which would start over at 1: refused,
+// naming the setting.
+func TestPartitionerKeptForGood(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	c := testcluster.Kafka(t)
+	in, out := testcluster.UniqueName(t, "lines"), testcluster.UniqueName(t, "counts")
+	c.CreateTopics(t, 4, in, out)
+	if _, err := generate(ctx, generateConfig{Brokers: c.Brokers, Topic: in, Job: "wordcount", Records: 200, Keys: 40, Batch: 200}, nil); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{
+		"--job", "wordcount", "--http-addr", "off",
+		"--name", testcluster.UniqueName(t, "wc"), "--brokers", strings.Join(c.Brokers, ","),
+		"--input", in, "--output", out, "--state-dir", t.TempDir(), "--checkpoints", "file://" + t.TempDir(),
+		"--interval", "50ms", "--checkpoint-timeout", "30s", "--txn-timeout", "40s",
+	}
+	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg, err := worker.Parse(args, env(), &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- worker.Run(rctx, cfg, jobs, worker.Options{Logger: log}) }()
+	waitCommitted(t, ctx, c.Brokers, out, 200*5)
+	stop()
+	if err := <-done; err != nil {
+		t.Fatalf("first run: %v", err)
+	}
+	cfg, err = worker.Parse(append(args, "--partitioner", "fnv1a"), env(), &strings.Builder{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = worker.Run(ctx, cfg, jobs, worker.Options{Logger: log})
+	if err == nil || !strings.Contains(err.Error(), "--partitioner fnv1a") || !strings.Contains(err.Error(), "keyed with murmur2") {
+		t.Fatalf("a start with --partitioner fnv1a over state keyed with murmur2: %v; want it refused, naming the setting", err)
+	}
+}

@@ -21,6 +21,9 @@ type Graph struct {
 	// tasks without a way to move them (a KeyBy built with no Kafka to
 	// shuffle through): the plan is correct only when task 0 runs alone.
 	oneTask []string
+	// keyBys counts the KeyBys whose keys follow the partitioner (not
+	// LocalKeyBy): the job's state is placed by it.
+	keyBys int
 }
 
 // Fail records an error found while building, for Plan to return.
@@ -139,6 +142,10 @@ type Plan struct {
 
 // Name is the job's name.
 func (p *Plan) Name() string { return p.g.name }
+
+// Keyed says whether the plan keys state across tasks by the partitioner
+// (a KeyBy; a LocalKeyBy's keys are the task's own).
+func (p *Plan) Keyed() bool { return p.g.keyBys > 0 }
 
 // Committer returns the two-phase-commit sink named name (nil if none).
 func (p *Plan) Committer(name string) Committer { return p.g.committers[name] }

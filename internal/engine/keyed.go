@@ -35,6 +35,7 @@ func KeyBy[K, T any](in *Port[T], name string, keyFn func(T) K, codec state.Code
 	if codec == nil {
 		in.g.errorf("keyBy %q: key codec is nil", name)
 	}
+	in.g.keyBys++
 	return &Keyed[K, T]{in: in, name: name, keyFn: keyFn, codec: codec}
 }
 
@@ -45,6 +46,7 @@ func KeyBy[K, T any](in *Port[T], name string, keyFn func(T) K, codec state.Code
 func LocalKeyBy[K, T any](in *Port[T], name string, keyFn func(T) K, codec state.Codec[K]) *Keyed[K, T] {
 	k := KeyBy(in, name, keyFn, codec)
 	k.local = true
+	in.g.keyBys--
 	return k
 }
 
