@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -111,6 +113,43 @@ func WriteLayout(ctx context.Context, st Storage, l Layout) error {
 		return fmt.Errorf("write layout record %s: %w", LayoutName(l.Job), err)
 	}
 	return nil
+}
+
+// StorageIDName is the object name of the identity of the checkpoint
+// storage of job: a random id its first worker writes, which every worker
+// that shares the storage reads back. Workers of one job that read
+// different ids do not share checkpoints.
+func StorageIDName(job string) string { return job + "/storage-id" }
+
+// StorageID returns the identity of st for job, writing one if there is
+// none yet.
+func StorageID(ctx context.Context, st Storage, job string) (string, error) {
+	name := StorageIDName(job)
+	for range 2 {
+		rc, err := st.Get(ctx, name)
+		if err == nil {
+			b, rerr := io.ReadAll(io.LimitReader(rc, 256))
+			rc.Close()
+			if rerr != nil {
+				return "", fmt.Errorf("read %s: %w", name, rerr)
+			}
+			if id := strings.TrimSpace(string(b)); id != "" {
+				return id, nil
+			}
+			return "", fmt.Errorf("read %s: %w: empty", name, ErrCorrupt)
+		}
+		if !errors.Is(err, ErrNotFound) {
+			return "", fmt.Errorf("read %s: %w", name, err)
+		}
+		var r [16]byte
+		if _, err := crand.Read(r[:]); err != nil {
+			return "", err
+		}
+		if err := st.PutIfAbsent(ctx, name, []byte(hex.EncodeToString(r[:])+"\n")); err != nil && !errors.Is(err, ErrExists) {
+			return "", fmt.Errorf("write %s: %w", name, err)
+		}
+	}
+	return "", fmt.Errorf("read %s: written and not found", name)
 }
 
 // PartitionerName is the object name of the record of job's partitioner:

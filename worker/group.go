@@ -61,6 +61,8 @@ func (w *worker) runGroup(ctx context.Context) error {
 		NewEpoch: func(ctx context.Context) (int64, error) {
 			return checkpoint.NextEpoch(ctx, w.storage, c.name())
 		},
+		Storage: w.storageID,
+		Refused: w.fail,
 	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(c.Brokers...),

@@ -109,7 +109,10 @@ type worker struct {
 	log     *slog.Logger
 	stats   *Stats
 	storage checkpoint.Storage
-	plan    *engine.Plan
+	// storageID is the identity of storage for the job, which the workers
+	// of a group compare (checkpoint.StorageID).
+	storageID string
+	plan      *engine.Plan
 	// inputs and outputs are the job's Kafka topics.
 	inputs, outputs []string
 	parts           int
@@ -286,6 +289,9 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		if err := checkPartitioner(ctx, w.storage, c.name(), c.partitioner().String(), log); err != nil {
 			return err
 		}
+	}
+	if w.storageID, err = checkpoint.StorageID(ctx, w.storage, c.name()); err != nil {
+		return fmt.Errorf("job %s: %w", c.name(), err)
 	}
 	w.parts = int(w.layout.partitions)
 	for _, t := range c.Tasks {

@@ -29,6 +29,9 @@ type Meta struct {
 	// Host and HTTP say where the worker's status page is.
 	Host string `json:"host,omitempty"`
 	HTTP string `json:"http,omitempty"`
+	// Storage is the identity of the worker's checkpoint storage
+	// (checkpoint.StorageID); empty from a worker that does not tell.
+	Storage string `json:"storage,omitempty"`
 }
 
 // Assignment is what the leader tells each worker (SyncGroup).
@@ -58,6 +61,12 @@ type Balancer struct {
 	// NewEpoch allocates a fencing epoch (checkpoint.NextEpoch): larger
 	// than every epoch before, across generations and a deleted group.
 	NewEpoch func(context.Context) (int64, error)
+	// Storage is the identity of the worker's checkpoint storage: a
+	// leader refuses to plan for members that checkpoint elsewhere.
+	Storage string
+	// Refused, if set, hears why the leader refused to plan, when no
+	// retry mends it.
+	Refused func(error)
 
 	mu    sync.Mutex
 	epoch int64 // of the last assignment received
@@ -73,7 +82,7 @@ func (b *Balancer) IsCooperative() bool  { return true }
 
 func (b *Balancer) JoinGroupMetadata(_ []string, current map[string][]int32, _ int32) []byte {
 	m := b.Meta()
-	m.Version, m.Topics, m.Tasks = 1, b.Topics, []int{}
+	m.Version, m.Topics, m.Tasks, m.Storage = 1, b.Topics, []int{}, b.Storage
 	var left []int
 	for _, p := range current[b.Topics[0]] {
 		if b.GivenUp == nil || !b.GivenUp(int(p)) {
@@ -151,6 +160,18 @@ func (b *Balancer) MemberBalancer(members []kmsg.JoinGroupResponseMember) (kgo.G
 		}
 		if !slices.Equal(meta.Topics, b.Topics) {
 			return nil, nil, fmt.Errorf("member %s reads %v, this worker %v: the workers of one job must read the same topics", mem.MemberID, meta.Topics, b.Topics)
+		}
+		if meta.Storage != "" && b.Storage != "" && meta.Storage != b.Storage {
+			// A task moved between them would find none of its
+			// checkpoints and start over, its output again.
+			err := fmt.Errorf("member %s (host %s) checkpoints to another storage than this worker (storage ids %s and %s): "+
+				"the workers of one job must share one --checkpoints (S3, or a directory every worker mounts), "+
+				"or a task that moves finds none of its checkpoints and starts over, writing its output again",
+				mem.MemberID, meta.Host, meta.Storage, b.Storage)
+			if b.Refused != nil {
+				b.Refused(err)
+			}
+			return nil, nil, err
 		}
 		mb.ids[i], mb.owned[i] = mem.MemberID, meta.Tasks
 	}

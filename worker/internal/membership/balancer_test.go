@@ -2,7 +2,10 @@ package membership
 
 import (
 	"context"
+	"strings"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // TestBalancerPlansFromTheRecordedCount: the group's leader sees the
@@ -35,5 +38,31 @@ func TestBalancerPlansFromTheRecordedCount(t *testing.T) {
 	b.Partitions = 0
 	if _, err := mb.BalanceOrError(map[string]int32{"in": 8}); err == nil {
 		t.Error("planned without the job's count")
+	}
+}
+
+// TestBalancerRefusesMembersOfAnotherStorage: workers of one job that
+// checkpoint to different storage (each its own local directory, say) do
+// not share checkpoints: a task moved between them would start over. The
+// leader refuses to plan for them, and says so through Refused.
+func TestBalancerRefusesMembersOfAnotherStorage(t *testing.T) {
+	join := func(b *Balancer) kmsg.JoinGroupResponseMember {
+		m := kmsg.NewJoinGroupResponseMember()
+		m.MemberID = "m-" + b.Storage
+		m.ProtocolMetadata = b.JoinGroupMetadata(nil, nil, 0)
+		return m
+	}
+	meta := func() Meta { return Meta{Host: "h"} }
+	var refused error
+	leader := &Balancer{Topics: []string{"in"}, Partitions: 2, Meta: meta, Storage: "s1", Refused: func(err error) { refused = err }}
+	same := &Balancer{Topics: []string{"in"}, Partitions: 2, Meta: meta, Storage: "s1"}
+	other := &Balancer{Topics: []string{"in"}, Partitions: 2, Meta: meta, Storage: "s2"}
+	older := &Balancer{Topics: []string{"in"}, Partitions: 2, Meta: meta} // tells none
+	if _, _, err := leader.MemberBalancer([]kmsg.JoinGroupResponseMember{join(leader), join(same), join(older)}); err != nil || refused != nil {
+		t.Fatalf("members of one storage: %v (refused %v)", err, refused)
+	}
+	_, _, err := leader.MemberBalancer([]kmsg.JoinGroupResponseMember{join(leader), join(other)})
+	if err == nil || refused == nil || !strings.Contains(refused.Error(), "checkpoints to another storage than this worker (storage ids s2 and s1)") {
+		t.Fatalf("a member of another storage: %v (refused %v)", err, refused)
 	}
 }
