@@ -93,6 +93,7 @@ func (w *worker) runGroup(ctx context.Context) error {
 	w.group = m
 	w.mu.Unlock()
 
+	var drainErr error
 	select {
 	case <-ctx.Done():
 		// Stopped at once: the tasks stop where they are (the runner's
@@ -101,7 +102,7 @@ func (w *worker) runGroup(ctx context.Context) error {
 	case <-w.opts.Drain:
 		m.draining.Store(true)
 		w.log.Info("draining: final checkpoint of every task, then leave the group")
-		w.drainAll(c.HandoffTimeout)
+		drainErr = w.drainAll(c.HandoffTimeout)
 	}
 	// Leaving revokes what the group still assigns us; the tasks stopped
 	// already, so that is quick.
@@ -112,7 +113,7 @@ func (w *worker) runGroup(ctx context.Context) error {
 	}
 	cl.Close()
 	w.log.Info("left the group", "group", c.Group())
-	return nil
+	return drainErr
 }
 
 // groupErrors hears the group client's management errors, which franz-go

@@ -499,20 +499,39 @@ func (w *worker) runStatic(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 	case <-w.opts.Drain:
-		w.drainAll(c.HandoffTimeout)
+		err := w.drainAll(c.HandoffTimeout)
 		<-done
+		return err
 	}
 	return nil
 }
 
 // drainAll stops every task gracefully within bound, in parallel: a task
-// whose final checkpoint does not complete in time stops where it is.
-func (w *worker) drainAll(bound time.Duration) {
+// whose final checkpoint does not complete in time stops where it is. It
+// returns an error naming each task that did not drain, so that the
+// worker does not exit 0 (exit 0 after a drain says every task committed
+// a final checkpoint, which changing --pool-size, --delivery or a sink
+// relies on).
+func (w *worker) drainAll(bound time.Duration) error {
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
 	for _, t := range w.runner.Running() {
-		wg.Go(func() { w.stopTask(t, bound, "drain") })
+		wg.Go(func() {
+			if res := w.stopTask(t, bound, "drain"); !res.Drained && res.Err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("task %d: %w", t, res.Err))
+				mu.Unlock()
+			}
+		})
 	}
 	wg.Wait()
+	if len(errs) == 0 {
+		return nil
+	}
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return fmt.Errorf("drain incomplete: %w; each of these tasks' next owner restores its last completed checkpoint and processes the rest again, "+
+		"but its transactions may be open and uncommitted until then", errors.Join(errs...))
 }
 
 // startTask starts task t with epoch, unless the job stopped here.
