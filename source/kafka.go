@@ -184,9 +184,9 @@ func open[T any](ctx context.Context, cfg *Config[T], info engine.TaskInfo, rest
 			return nil, err
 		}
 		for t, o := range start {
-			r.pos[t] = &topicPos{next: o}
+			r.pos[t] = &o
 			log.Info("kafka source starts without checkpoint position",
-				"topic", t, "partition", r.part, "start", string(cfg.start()), "offset", o)
+				"topic", t, "partition", r.part, "start", string(cfg.start()), "offset", o.next, "leader_epoch", o.epoch)
 		}
 	}
 

@@ -114,9 +114,12 @@ func TopicID(id kadm.TopicID) string {
 	return base64.RawURLEncoding.EncodeToString(id[:])
 }
 
-// startOffsets resolves the start setting to a concrete offset of partition
-// p of each topic.
-func startOffsets[T any](ctx context.Context, adm *kadm.Client, cfg *Config[T], topics []string, p int32) (map[string]int64, error) {
+// startOffsets resolves the start setting to a concrete position in
+// partition p of each topic: the offset, and the leader epoch the broker
+// gives with it (as the Java consumer keeps after a reset, KIP-320), so
+// that a checkpoint of the position taken before any record is read
+// still notices a log truncated below it (an unclean leader election).
+func startOffsets[T any](ctx context.Context, adm *kadm.Client, cfg *Config[T], topics []string, p int32) (map[string]topicPos, error) {
 	var (
 		listed kadm.ListedOffsets
 		err    error
@@ -134,7 +137,7 @@ func startOffsets[T any](ctx context.Context, adm *kadm.Client, cfg *Config[T], 
 	if err != nil {
 		return nil, fmt.Errorf("list %s offsets: %w", cfg.start(), err)
 	}
-	out := make(map[string]int64, len(topics))
+	out := make(map[string]topicPos, len(topics))
 	for _, t := range topics {
 		o, ok := listed.Lookup(t, p)
 		switch {
@@ -145,7 +148,7 @@ func startOffsets[T any](ctx context.Context, adm *kadm.Client, cfg *Config[T], 
 		case o.Offset < 0:
 			return nil, fmt.Errorf("list %s offsets of %s/%d: broker returned offset %d", cfg.start(), t, p, o.Offset)
 		}
-		out[t] = o.Offset
+		out[t] = topicPos{next: o.Offset, epoch: o.LeaderEpoch, hasEpoch: o.LeaderEpoch >= 0}
 	}
 	return out, nil
 }
