@@ -249,19 +249,29 @@ func (c *Committer) DeleteRecords(ctx context.Context, positions []checkpoint.So
 // Close closes the committer's client.
 func (c *Committer) Close() { c.cl.Close() }
 
-// EndOffsets returns the last stable offset of each partition of topic:
-// where a read_committed reader's input ends now.
-func (c *Committer) EndOffsets(ctx context.Context, topic string) (map[int32]int64, error) {
+// EndOffsets returns the last stable offset of each partition of topic
+// (where a read_committed reader's input ends now) and its end offset (the
+// high watermark): records between the two wait behind a transaction
+// still open.
+func (c *Committer) EndOffsets(ctx context.Context, topic string) (stable, end map[int32]int64, err error) {
 	ls, err := c.adm.ListCommittedOffsets(ctx, topic)
+	if err == nil {
+		err = ls.Error()
+	}
 	if err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+		return nil, nil, fmt.Errorf("last stable offsets of %s: %w", topic, err)
 	}
-	if err := ls.Error(); err != nil {
-		return nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+	le, err := c.adm.ListEndOffsets(ctx, topic)
+	if err == nil {
+		err = le.Error()
 	}
-	out := map[int32]int64{}
-	ls.Each(func(o kadm.ListedOffset) { out[o.Partition] = o.Offset })
-	return out, nil
+	if err != nil {
+		return nil, nil, fmt.Errorf("end offsets of %s: %w", topic, err)
+	}
+	stable, end = map[int32]int64{}, map[int32]int64{}
+	ls.Each(func(o kadm.ListedOffset) { stable[o.Partition] = o.Offset })
+	le.Each(func(o kadm.ListedOffset) { end[o.Partition] = o.Offset })
+	return stable, end, nil
 }
 
 // ManifestPositions returns the source positions of every operator of m.

@@ -165,19 +165,30 @@ func (l *lagCommitter) report(warned *bool, what, why string, err error) {
 // partition of the tasks this worker runs: the partition's end offset
 // (read_committed: its last stable offset) minus the position of the
 // task's last completed checkpoint, as the lag group shows it.
+//
+// It also reports the records past each partition's last stable offset:
+// they wait behind a transaction still open (another producer's), and no
+// read_committed reader sees them until it ends. The lag stays 0 while
+// they do; a figure that stays up is a transaction that hangs.
 type lagCollector struct {
-	w    *worker
-	ends func(ctx context.Context, topic string) (map[int32]int64, error)
-	desc *prometheus.Desc
+	w       *worker
+	ends    func(ctx context.Context, topic string) (stable, end map[int32]int64, err error)
+	desc    *prometheus.Desc
+	blocked *prometheus.Desc
 }
 
 func newLagCollector(w *worker, c *source.Committer) *lagCollector {
-	return &lagCollector{w: w, ends: c.EndOffsets, desc: prometheus.NewDesc("weir_consumer_lag_records",
-		"Records of an input partition after the last completed checkpoint of the task that runs it (last stable offset minus the checkpointed position).",
-		[]string{"topic", "partition"}, prometheus.Labels{"job": w.cfg.name()})}
+	labels := prometheus.Labels{"job": w.cfg.name()}
+	return &lagCollector{w: w, ends: c.EndOffsets,
+		desc: prometheus.NewDesc("weir_consumer_lag_records",
+			"Records of an input partition after the last completed checkpoint of the task that runs it (last stable offset minus the checkpointed position).",
+			[]string{"topic", "partition"}, labels),
+		blocked: prometheus.NewDesc("weir_consumer_blocked_records",
+			"Records of an input partition past its last stable offset: behind a transaction still open, unread until it ends (end offset minus last stable offset).",
+			[]string{"topic", "partition"}, labels)}
 }
 
-func (l *lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- l.desc }
+func (l *lagCollector) Describe(ch chan<- *prometheus.Desc) { ch <- l.desc; ch <- l.blocked }
 
 func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
 	positions := l.w.positions()
@@ -186,22 +197,26 @@ func (l *lagCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	ends := map[string]map[int32]int64{}
+	stables, ends := map[string]map[int32]int64{}, map[string]map[int32]int64{}
 	for _, p := range positions {
-		if _, ok := ends[p.Topic]; ok {
+		if _, ok := stables[p.Topic]; ok {
 			continue
 		}
-		e, err := l.ends(ctx, p.Topic)
+		s, e, err := l.ends(ctx, p.Topic)
 		if err != nil {
 			return // no figure beats a wrong one
 		}
-		ends[p.Topic] = e
+		stables[p.Topic], ends[p.Topic] = s, e
 	}
 	for _, p := range positions {
-		end, ok := ends[p.Topic][p.Partition]
+		stable, ok := stables[p.Topic][p.Partition]
 		if !ok {
 			continue
 		}
-		ch <- prometheus.MustNewConstMetric(l.desc, prometheus.GaugeValue, float64(max(0, end-p.Offset)), p.Topic, strconv.Itoa(int(p.Partition)))
+		part := strconv.Itoa(int(p.Partition))
+		ch <- prometheus.MustNewConstMetric(l.desc, prometheus.GaugeValue, float64(max(0, stable-p.Offset)), p.Topic, part)
+		if end, ok := ends[p.Topic][p.Partition]; ok {
+			ch <- prometheus.MustNewConstMetric(l.blocked, prometheus.GaugeValue, float64(max(0, end-stable)), p.Topic, part)
+		}
 	}
 }

@@ -7,7 +7,13 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+
 	"github.com/weirstream/weir/checkpoint"
+	"github.com/weirstream/weir/internal/testcluster"
+	"github.com/weirstream/weir/source"
+	"github.com/weirstream/weir/worker/internal/status"
 )
 
 // TestPurgeInternalTopics: the lag committer deletes a task's internal
@@ -51,5 +57,55 @@ func TestPurgeInternalTopics(t *testing.T) {
 	}
 	if !reflect.DeepEqual(purged, want) {
 		t.Fatalf("purged %v, want %v", purged, want)
+	}
+}
+
+// TestLagCollectorShowsBlockedRecords: records behind another producer's
+// open transaction are past the partition's last stable offset: no
+// read_committed reader sees them, so the lag is 0 while they wait. The
+// collector reports them apart, so that a transaction that hangs shows.
+func TestLagCollectorShowsBlockedRecords(t *testing.T) {
+	c := testcluster.Kafka(t)
+	topic := testcluster.UniqueName(t, "in")
+	c.CreateTopics(t, 1, topic)
+	ctx := t.Context()
+	plain := c.Client(t, kgo.DefaultProduceTopic(topic))
+	if err := plain.ProduceSync(ctx, kgo.StringRecord("before")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	txn := c.Client(t, kgo.DefaultProduceTopic(topic), kgo.TransactionalID(testcluster.UniqueName(t, "txn")))
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	if err := txn.ProduceSync(ctx, kgo.StringRecord("open")).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if err := plain.ProduceSync(ctx, kgo.StringRecord("after")).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cm, err := source.NewCommitter(c.Brokers, testcluster.UniqueName(t, "lag"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cm.Close()
+	w := &worker{cfg: DefaultConfig(), tasks: map[int]*status.Task{0: {State: status.Running,
+		Positions: []checkpoint.SourcePosition{{Source: "in", Topic: topic, Partition: 0, Offset: 1}}}}}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(newLagCollector(w, cm))
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()] = m.GetGauge().GetValue()
+		}
+	}
+	// The open transaction's record and the five after it.
+	if got["weir_consumer_lag_records"] != 0 || got["weir_consumer_blocked_records"] != 6 {
+		t.Fatalf("metrics %v: want a lag of 0 and 6 records blocked", got)
 	}
 }
