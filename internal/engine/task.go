@@ -505,7 +505,12 @@ func (t *task) run(ctx context.Context) (err error) {
 		cancel()
 		return err
 	}
-	t.recordFinalCommits(ctx)
+	// Not cut short by a stop that comes now (a second signal): the
+	// final checkpoint's transactions are committed, and this record is
+	// what keeps their outcome once the broker forgets them.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(t.cfg.Checkpoint.Timeout, failedRecordTimeout))
+	defer cancel()
+	t.recordFinalCommits(rctx)
 	return nil
 }
 
