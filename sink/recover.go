@@ -494,6 +494,14 @@ func endOne(ctx context.Context, cl *kgo.Client, tv int16, c checkpoint.Committa
 
 // transactionVersion is the cluster's finalized transaction.version feature
 // level (0 when the broker does not report it).
+// TransactionVersion returns the transaction version the cluster of cl
+// has finalised (its transaction.version feature): 2 for transactions of
+// KIP-890 part 2, where each transaction of a producer id has an epoch of
+// its own; 0 or 1 before.
+func TransactionVersion(ctx context.Context, cl *kgo.Client) (int16, error) {
+	return transactionVersion(ctx, cl)
+}
+
 func transactionVersion(ctx context.Context, cl *kgo.Client) (int16, error) {
 	req := kmsg.NewPtrApiVersionsRequest()
 	req.ClientSoftwareName = "weir"

@@ -14,6 +14,7 @@ import (
 
 	"github.com/weirstream/weir/checkpoint"
 	"github.com/weirstream/weir/internal/cli"
+	"github.com/weirstream/weir/sink"
 	"github.com/weirstream/weir/worker"
 )
 
@@ -183,6 +184,18 @@ func findTransactions(ctx context.Context, brokers, topics []string, want []chec
 		return nil, false, err
 	}
 	defer cl.Close()
+	// Records name their transaction by producer id and epoch only where
+	// each transaction has an epoch of its own (transaction version 2).
+	// Before, a producer's transactions share one until its id is
+	// initialised again, and an aborted transaction would be taken for
+	// committed by the records of an earlier one.
+	switch tv, err := sink.TransactionVersion(ctx, cl); {
+	case err != nil:
+		return nil, false, err
+	case tv < 2:
+		return nil, false, fmt.Errorf("the cluster runs transaction version %d, where a producer's transactions share an epoch: "+
+			"their records cannot tell which transaction they are of. Record what you know with --outcome", tv)
+	}
 	starts, err := kadm.NewClient(cl).ListStartOffsets(ctx, topics...)
 	if err == nil {
 		err = starts.Error()

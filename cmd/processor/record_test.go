@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -118,5 +120,42 @@ func TestCheckpointsRecordFindsTheRecords(t *testing.T) {
 	r := recorded(t, st)
 	if !r.Committed[committed.Key()] || !r.Aborted[aborted.Key()] || r.Committed[aborted.Key()] {
 		t.Fatalf("storage records %+v; want %v committed and %v aborted", r, committed.Key(), aborted.Key())
+	}
+}
+
+// Under transaction version 1 a producer's transactions share an epoch:
+// an aborted transaction after a committed one has the same producer id
+// and epoch, and its records cannot be told apart. record refuses to
+// decide there, rather than record the aborted one committed.
+func TestCheckpointsRecordRefusesTransactionVersion1(t *testing.T) {
+	fake, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(fake.Close)
+	brokers := fake.ListenAddrs()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	resp, err := kadm.NewClient(cl).UpdateFeatures(t.Context(), false, kadm.FeatureUpdate{Feature: "transaction.version", MaxVersionLevel: 1, UpgradeType: 3})
+	if err == nil {
+		err = resp.Error()
+	}
+	if err != nil {
+		t.Fatalf("set transaction.version 1: %v", err)
+	}
+	if _, err := kadm.NewClient(cl).CreateTopic(t.Context(), 1, 1, nil, "out"); err != nil {
+		t.Fatal(err)
+	}
+	uri, st := testStorage(t)
+	m := testManifest(0, 7, 300)
+	m.Operators[2].Committables = []checkpoint.Committable{{Operator: "output", TransactionalID: "jobx-output-0-1", ProducerID: 4, Epoch: 0}}
+	writeManifest(t, st, m)
+	code, out, stderr := runCLI(t, env(), "checkpoints", "record", "--checkpoints", uri, "--name", "jobx", "--task", "0", "--id", "7",
+		"--brokers", strings.Join(brokers, ","), "--topics", "out")
+	if code == 0 || !strings.Contains(stderr, "transaction version 1") {
+		t.Fatalf("exit %d: %s%s; want a refusal naming transaction version 1", code, out, stderr)
 	}
 }
