@@ -815,6 +815,22 @@ func (w *plainWriter[T]) PreCommit(ctx context.Context, _ checkpoint.ID) ([]chec
 func (w *plainWriter[T]) Commit(context.Context, checkpoint.ID) error { return w.failed.get() }
 
 func (w *plainWriter[T]) Close() error {
+	if !w.flush {
+		// Without delivery guarantees nothing flushed at the barriers:
+		// what is buffered now (a linger's worth) is the task's last
+		// output, which closing the client would fail. Kafka's producer
+		// flushes on close too; a broker that does not answer in time
+		// loses it, as the delivery allows, with a warning per writer.
+		ctx, cancel := context.WithTimeout(context.Background(), closeFlushTimeout)
+		if err := w.cl.Flush(ctx); err != nil {
+			w.log.Warn("output not delivered at close: the broker did not take it in time", "timeout", closeFlushTimeout, "err", err)
+		}
+		cancel()
+	}
 	w.cl.Close()
 	return nil
 }
+
+// closeFlushTimeout bounds the flush of a writer without delivery
+// guarantees at its close.
+const closeFlushTimeout = 10 * time.Second

@@ -855,3 +855,23 @@ func TestExactlyOnceAcrossProducerIDRotation(t *testing.T) {
 	}
 	e.wantCommitted(want...)
 }
+
+// With --delivery none nothing is flushed at the barriers, so a clean stop
+// (the final checkpoint, then Close, as at the end of the input, a drain
+// or a revoke) must flush what the client still buffers: closing the
+// client failed it, 500 of 500 records here, with a warning only.
+func TestNoneKeepsItsOutputAtClose(t *testing.T) {
+	e := newEnv(t)
+	w := e.openDelivery(e.config(), None)
+	var want []string
+	for i := range 500 {
+		want = append(want, fmt.Sprint(i))
+	}
+	write(t, w, want...)
+	preCommit(t, w, 1)
+	commit(t, w, 1)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	e.wantCommitted(want...)
+}
