@@ -68,16 +68,26 @@ type Verdict struct {
 	// BadInput counts input records the job cannot decode (dead-lettered or
 	// failing the job, not expected in the output).
 	BadInput int64
-	// Malformed counts output records verify could not parse.
+	// Malformed counts output records verify could not parse, or whose
+	// Kafka key is not the key their value names.
 	Malformed int64
+	// OutOfOrder counts output records, not duplicates, that do not follow
+	// their key's previous output in its partition (count: the next count;
+	// balance: the account's next transfer in input order), or whose
+	// running total is not that of the inputs up to them.
+	OutOfOrder int64
 	// Notes say why records may be missing (open transactions).
 	Notes []string
 	job   string
 }
 
 func (v Verdict) Clean() bool {
-	return v.Duplicates == 0 && v.Missing == 0 && v.WrongTotals == 0 && v.Malformed == 0
+	return v.Duplicates == 0 && v.Missing == 0 && v.WrongTotals == 0 && v.Malformed == 0 && v.OutOfOrder == 0
 }
+
+// Complete says whether the verdict saw all there is: no transaction held
+// records back from either topic (Notes), so that nothing more can come.
+func (v Verdict) Complete() bool { return len(v.Notes) == 0 }
 
 func (v Verdict) String() string {
 	totals, in := "wrong sums", "records in"
@@ -93,6 +103,9 @@ func (v Verdict) String() string {
 	}
 	if v.Malformed > 0 {
 		s += fmt.Sprintf(", malformed output %d", v.Malformed)
+	}
+	if v.OutOfOrder > 0 {
+		s += fmt.Sprintf(", out of order or wrong running totals %d", v.OutOfOrder)
 	}
 	return s
 }
@@ -115,7 +128,7 @@ func verifyCommand(ctx context.Context, args []string, lookup func(string) (stri
 		if v, err = verify(ctx, c.Brokers, c.Job, c.Input, c.Output, opts...); err != nil {
 			return c.Security.ExplainKafkaErr(err)
 		}
-		if v.Clean() || time.Now().After(deadline) {
+		if (v.Clean() && v.Complete()) || time.Now().After(deadline) {
 			break
 		}
 		fmt.Fprintf(stderr, "not yet: %v\n", v)
@@ -129,8 +142,12 @@ func verifyCommand(ctx context.Context, args []string, lookup func(string) (stri
 		fmt.Fprintln(stdout, "note:", n)
 	}
 	fmt.Fprintln(stdout, v)
-	if !v.Clean() {
+	switch {
+	case !v.Clean():
 		return errors.New("not exactly once")
+	case !v.Complete():
+		// Records held back by an open transaction may be duplicates.
+		return errors.New("not exactly once as far as read: transactions still open hold records back (notes above)")
 	}
 	return nil
 }
@@ -159,7 +176,7 @@ func parseVerify(args []string, lookup func(string) (string, bool), stderr io.Wr
 // verify reads input and output and checks the output of job; its
 // clients add opts (worker.Security's) to brokers.
 func verify(ctx context.Context, brokers []string, job, input, output string, opts ...kgo.Opt) (Verdict, error) {
-	in, _, err := readCommitted(ctx, brokers, input, opts...)
+	in, inNotes, err := readCommitted(ctx, brokers, input, opts...)
 	if err != nil {
 		return Verdict{}, err
 	}
@@ -176,30 +193,35 @@ func verify(ctx context.Context, brokers []string, job, input, output string, op
 	default:
 		v = checkCount(in, out)
 	}
-	v.Notes = notes
+	v.Notes = append(inNotes, notes...)
 	return v, nil
 }
 
 // checkCount checks count output: per key, the counts 1..n once each (n the
-// key's input records) and a final sum equal to the sum of its inputs.
+// key's input records), each after the one before it in its partition and
+// with the sum of the key's first inputs up to it (a key's input is in one
+// partition, in order), and a final sum equal to the sum of its inputs.
 func checkCount(in, out []*kgo.Record) Verdict {
 	v := Verdict{In: int64(len(in)), Out: int64(len(out)), job: "count"}
-	want := map[string]int64{}
-	wantSum := map[string]int64{}
+	prefix := map[string][]int64{} // key -> sum of its first c inputs, at c
 	for _, r := range in {
 		x, err := count.Decode(r)
 		if err != nil {
 			v.BadInput++
 			continue
 		}
-		want[x.Key]++
-		wantSum[x.Key] += x.N
+		p := prefix[x.Key]
+		if p == nil {
+			p = []int64{0}
+		}
+		prefix[x.Key] = append(p, p[len(p)-1]+x.N)
 	}
 	seen := map[string]map[int64]int{}
 	finalSum := map[string]count.Out{}
+	last := map[keyIn]int64{}
 	for _, r := range out {
 		var o count.Out
-		if err := json.Unmarshal(r.Value, &o); err != nil || o.Key == "" {
+		if err := json.Unmarshal(r.Value, &o); err != nil || o.Key == "" || string(r.Key) != o.Key {
 			v.Malformed++
 			continue
 		}
@@ -210,8 +232,18 @@ func checkCount(in, out []*kgo.Record) Verdict {
 		if o.Count >= finalSum[o.Key].Count {
 			finalSum[o.Key] = o
 		}
+		if seen[o.Key][o.Count] > 1 {
+			continue // a duplicate, counted below
+		}
+		at := keyIn{o.Key, r.Partition}
+		n := int64(len(prefix[o.Key]) - 1)
+		if o.Count != last[at]+1 || (o.Count <= n && o.Sum != prefix[o.Key][o.Count]) {
+			v.OutOfOrder++
+		}
+		last[at] = max(last[at], o.Count)
 	}
-	for k, n := range want {
+	for k, p := range prefix {
+		n := int64(len(p) - 1)
 		for c := int64(1); c <= n; c++ {
 			switch m := seen[k][c]; {
 			case m == 0:
@@ -220,7 +252,7 @@ func checkCount(in, out []*kgo.Record) Verdict {
 				v.Duplicates += int64(m - 1)
 			}
 		}
-		if finalSum[k].Sum != wantSum[k] || finalSum[k].Count != n {
+		if finalSum[k].Sum != p[n] || finalSum[k].Count != n {
 			v.WrongTotals++
 		}
 	}
@@ -228,7 +260,7 @@ func checkCount(in, out []*kgo.Record) Verdict {
 	// of records applied more than once.
 	for k, counts := range seen {
 		for c, m := range counts {
-			if c < 1 || c > want[k] {
+			if c < 1 || c > int64(len(prefix[k])-1) {
 				v.Duplicates += int64(m)
 			}
 		}
@@ -236,8 +268,15 @@ func checkCount(in, out []*kgo.Record) Verdict {
 	return v
 }
 
+// keyIn is a key in one output partition.
+type keyIn struct {
+	key       string
+	partition int32
+}
+
 // checkWordcount checks word counts: for each word of the input lines, the
-// output has its counts 1..n, each once (In counts words).
+// output has its counts 1..n, each once and each after the one before it
+// in its partition (In counts words).
 func checkWordcount(in, out []*kgo.Record) Verdict {
 	want := map[string]int64{}
 	for _, r := range in {
@@ -248,9 +287,10 @@ func checkWordcount(in, out []*kgo.Record) Verdict {
 	v := Verdict{Out: int64(len(out)), job: "wordcount"}
 	seen := map[string]map[int64]int{}
 	last := map[string]int64{}
+	lastIn := map[keyIn]int64{}
 	for _, r := range out {
 		var o wordcount.Out
-		if err := json.Unmarshal(r.Value, &o); err != nil || o.Word == "" {
+		if err := json.Unmarshal(r.Value, &o); err != nil || o.Word == "" || string(r.Key) != o.Word {
 			v.Malformed++
 			continue
 		}
@@ -259,6 +299,14 @@ func checkWordcount(in, out []*kgo.Record) Verdict {
 		}
 		seen[o.Word][o.Count]++
 		last[o.Word] = max(last[o.Word], o.Count)
+		if seen[o.Word][o.Count] > 1 {
+			continue
+		}
+		at := keyIn{o.Word, r.Partition}
+		if o.Count != lastIn[at]+1 {
+			v.OutOfOrder++
+		}
+		lastIn[at] = max(lastIn[at], o.Count)
 	}
 	for w, n := range want {
 		v.In += n
@@ -284,13 +332,22 @@ func checkWordcount(in, out []*kgo.Record) Verdict {
 	return v
 }
 
-// checkBalance checks balance output: every transfer id once, and each
-// account's last balance (an account's balances are in one output
-// partition, in order) equal to the sum of its transfers.
+// checkBalance checks balance output: every transfer id once, each balance
+// that of its account's transfers up to it in input order (an account's
+// transfers are in one input partition, its balances in one output
+// partition, in order), and each account's last balance equal to the sum
+// of its transfers.
 func checkBalance(in, out []*kgo.Record) Verdict {
 	v := Verdict{In: int64(len(in)), Out: int64(len(out)), job: "balance"}
-	want := map[string]int64{} // account -> balance
-	ids := map[string]int{}    // transfer id -> outputs
+	type step struct {
+		account string
+		index   int   // the transfer's place among its account's
+		balance int64 // the account's balance right after it
+	}
+	want := map[string]int64{}    // account -> balance
+	transfers := map[string]int{} // account -> its transfers so far
+	steps := map[string]step{}    // transfer id -> its step
+	ids := map[string]int{}       // transfer id -> outputs
 	for _, r := range in {
 		t, err := balance.Decode(r)
 		if err != nil {
@@ -298,12 +355,15 @@ func checkBalance(in, out []*kgo.Record) Verdict {
 			continue
 		}
 		want[t.Account] += t.Amount
+		steps[t.ID] = step{account: t.Account, index: transfers[t.Account], balance: want[t.Account]}
+		transfers[t.Account]++
 		ids[t.ID] = 0
 	}
 	last := map[string]int64{}
+	next := map[keyIn]int{}
 	for _, r := range out {
 		var b balance.Balance
-		if err := json.Unmarshal(r.Value, &b); err != nil || b.Account == "" {
+		if err := json.Unmarshal(r.Value, &b); err != nil || b.Account == "" || string(r.Key) != b.Account {
 			v.Malformed++
 			continue
 		}
@@ -313,6 +373,14 @@ func checkBalance(in, out []*kgo.Record) Verdict {
 		}
 		ids[b.TransferID] = n + 1
 		last[b.Account] = b.Balance
+		if !known || n > 0 {
+			continue
+		}
+		s, at := steps[b.TransferID], keyIn{b.Account, r.Partition}
+		if s.account != b.Account || s.index != next[at] || s.balance != b.Balance {
+			v.OutOfOrder++
+		}
+		next[at] = max(next[at], s.index+1)
 	}
 	for _, n := range ids {
 		if n == 0 {

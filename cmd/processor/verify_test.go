@@ -2,12 +2,16 @@ package main
 
 import (
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/weirstream/weir/examples/balance"
 	"github.com/weirstream/weir/examples/count"
+	"github.com/weirstream/weir/examples/wordcount"
+	"github.com/weirstream/weir/internal/testcluster"
 )
 
 func countRecords(n int64, keys int) []*kgo.Record {
@@ -106,5 +110,120 @@ func TestCheckBalance(t *testing.T) {
 	}
 	if got := fmt.Sprint(checkBalance(in, good)); got != "records in 60, records out 60, duplicates 0, missing 0, wrong balances 0" {
 		t.Errorf("String: %s", got)
+	}
+}
+
+// Output that has every count once and the right final sums can still be
+// wrong: a key's inputs applied out of order, its updates written out of
+// order, a running sum wrong on the way, a record under another key. The
+// verifier calls none of them clean.
+func TestCheckCountOrder(t *testing.T) {
+	in := countRecords(30, 3) // k0 has 0, 3, 6, ...
+	good := countOutput(t, in)
+	swapped := append([]*kgo.Record{}, in...)
+	swapped[0], swapped[3] = swapped[3], swapped[0]
+	reordered := append([]*kgo.Record{}, good...)
+	reordered[0], reordered[3] = reordered[3], reordered[0]
+	wrongSum := append([]*kgo.Record{}, good...)
+	wrongSum[3], _ = count.Encode(count.Out{Key: "k0", Count: 2, Sum: 999})
+	wrongKey := append([]*kgo.Record{}, good...)
+	wrongKey[0] = &kgo.Record{Key: []byte("k1"), Value: good[0].Value}
+	for name, out := range map[string][]*kgo.Record{
+		"inputs applied out of order": countOutput(t, swapped),
+		"updates out of order":        reordered,
+		"a running sum wrong":         wrongSum,
+		"under another key":           wrongKey,
+	} {
+		if v := checkCount(in, out); v.Clean() {
+			t.Errorf("%s: %v, clean", name, v)
+		}
+	}
+	if v := checkCount(in, good); !v.Clean() || v.OutOfOrder != 0 {
+		t.Errorf("exactly once: %v", v)
+	}
+}
+
+func TestCheckWordcountOrder(t *testing.T) {
+	in := []*kgo.Record{{Value: []byte("a b a")}}
+	out := func(word string, n int64) *kgo.Record {
+		r, err := wordcount.Encode(wordcount.Out{Word: word, Count: n})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if v := checkWordcount(in, []*kgo.Record{out("a", 1), out("b", 1), out("a", 2)}); !v.Clean() {
+		t.Errorf("exactly once: %v", v)
+	}
+	if v := checkWordcount(in, []*kgo.Record{out("a", 2), out("b", 1), out("a", 1)}); v.Clean() {
+		t.Errorf("a's counts 2 then 1: %v, clean", v)
+	}
+}
+
+func TestCheckBalanceSteps(t *testing.T) {
+	var in []*kgo.Record
+	for i := range int64(12) {
+		r, _ := generatedRecord("balance", i, 2)
+		in = append(in, r)
+	}
+	apply := func(order []int) []*kgo.Record {
+		bal := map[string]int64{}
+		var out []*kgo.Record
+		for _, i := range order {
+			tr, err := balance.Decode(in[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := balance.Apply(bal[tr.Account], tr)
+			bal[tr.Account] = b.Balance
+			o, _ := balance.Encode(b)
+			out = append(out, o)
+		}
+		return out
+	}
+	inOrder := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
+	if v := checkBalance(in, apply(inOrder)); !v.Clean() {
+		t.Errorf("exactly once: %v", v)
+	}
+	// Two transfers of one account applied in the other order: the last
+	// balance is right, the one between is not.
+	if v := checkBalance(in, apply([]int{2, 1, 0, 3, 4, 5, 6, 7, 8, 9, 10, 11})); v.Clean() {
+		t.Errorf("transfers applied out of order: %v, clean", v)
+	}
+}
+
+// processor verify does not pass output while a transaction still holds
+// records back: they may be duplicates (here a copy of the last record).
+func TestVerifyWaitsForOpenTransactions(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	c := testcluster.Kafka(t)
+	in, out := testcluster.UniqueName(t, "in"), testcluster.UniqueName(t, "out")
+	c.CreateTopics(t, 1, in, out)
+	inputs := countRecords(10, 2)
+	for _, r := range inputs {
+		r.Topic = in
+	}
+	plain := c.Client(t)
+	if err := plain.ProduceSync(ctx, inputs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	outs := countOutput(t, inputs)
+	for _, r := range outs {
+		r.Topic = out
+	}
+	if err := plain.ProduceSync(ctx, outs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	txn := c.Client(t, kgo.TransactionalID(testcluster.UniqueName(t, "txn")))
+	if err := txn.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	dup := *outs[len(outs)-1]
+	if err := txn.ProduceSync(ctx, &dup).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runCLI(t, env(), "verify", "--brokers", strings.Join(c.Brokers, ","), "--input", in, "--output", out, "--wait", "2s")
+	if code == 0 || !strings.Contains(stdout, "note:") {
+		t.Fatalf("exit %d with a transaction open:\n%s%s", code, stdout, stderr)
 	}
 }
