@@ -71,17 +71,9 @@ func (l Layout) Topic(name string) (TopicLayout, bool) {
 // ErrNotFound, one that does not parse wraps ErrCorrupt.
 func ReadLayout(ctx context.Context, st Storage, job string) (Layout, error) {
 	name := LayoutName(job)
-	rc, err := st.Get(ctx, name)
+	b, err := readRecord(ctx, st, name)
 	if err != nil {
 		return Layout{}, fmt.Errorf("read layout record %s: %w", name, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxLayoutSize+1))
-	if err != nil {
-		return Layout{}, fmt.Errorf("read layout record %s: %w", name, err)
-	}
-	if len(b) > maxLayoutSize {
-		return Layout{}, fmt.Errorf("read layout record %s: %w: larger than %d bytes", name, ErrCorrupt, maxLayoutSize)
 	}
 	var l Layout
 	dec := json.NewDecoder(bytes.NewReader(b))
@@ -181,12 +173,7 @@ func WritePartitioner(ctx context.Context, st Storage, job, name string) error {
 // ReadPartitioner reads job's partitioner record; none wraps ErrNotFound.
 func ReadPartitioner(ctx context.Context, st Storage, job string) (string, error) {
 	name := PartitionerName(job)
-	rc, err := st.Get(ctx, name)
-	if err != nil {
-		return "", fmt.Errorf("read %s: %w", name, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxLayoutSize+1))
+	b, err := readRecord(ctx, st, name)
 	if err != nil {
 		return "", fmt.Errorf("read %s: %w", name, err)
 	}
@@ -224,12 +211,7 @@ func WriteAddedTopic(ctx context.Context, st Storage, job string, t TopicLayout)
 // wraps ErrNotFound.
 func ReadAddedTopic(ctx context.Context, st Storage, job, topic string) (TopicLayout, error) {
 	name := AddedTopicName(job, topic)
-	rc, err := st.Get(ctx, name)
-	if err != nil {
-		return TopicLayout{}, fmt.Errorf("read %s: %w", name, err)
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxLayoutSize+1))
+	b, err := readRecord(ctx, st, name)
 	if err != nil {
 		return TopicLayout{}, fmt.Errorf("read %s: %w", name, err)
 	}
@@ -238,6 +220,24 @@ func ReadAddedTopic(ctx context.Context, st Storage, job, topic string) (TopicLa
 		return TopicLayout{}, fmt.Errorf("read %s: %w: %v", name, ErrCorrupt, err)
 	}
 	return t, nil
+}
+
+// readRecord reads name, a small record of the layout's (at most
+// maxLayoutSize bytes); a larger one wraps ErrCorrupt.
+func readRecord(ctx context.Context, st Storage, name string) ([]byte, error) {
+	rc, err := st.Get(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxLayoutSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxLayoutSize {
+		return nil, fmt.Errorf("%w: larger than %d bytes", ErrCorrupt, maxLayoutSize)
+	}
+	return b, nil
 }
 
 func validJobName(job string) bool {

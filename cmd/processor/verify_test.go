@@ -74,21 +74,37 @@ func TestCheckCount(t *testing.T) {
 	}
 }
 
-func TestCheckBalance(t *testing.T) {
-	var in, good []*kgo.Record
+// balanceOutput is what a balance job emits applying in's transfers in
+// order (indexes into in), all of them if order is nil.
+func balanceOutput(t *testing.T, in []*kgo.Record, order []int) []*kgo.Record {
+	t.Helper()
+	if order == nil {
+		for i := range in {
+			order = append(order, i)
+		}
+	}
 	bal := map[string]int64{}
-	for i := range int64(60) {
-		r, _ := generatedRecord("balance", i, 4)
-		in = append(in, r)
-		tr, err := balance.Decode(r)
+	var out []*kgo.Record
+	for _, i := range order {
+		tr, err := balance.Decode(in[i])
 		if err != nil {
 			t.Fatal(err)
 		}
 		b := balance.Apply(bal[tr.Account], tr)
 		bal[tr.Account] = b.Balance
 		o, _ := balance.Encode(b)
-		good = append(good, o)
+		out = append(out, o)
 	}
+	return out
+}
+
+func TestCheckBalance(t *testing.T) {
+	var in []*kgo.Record
+	for i := range int64(60) {
+		r, _ := generatedRecord("balance", i, 4)
+		in = append(in, r)
+	}
+	good := balanceOutput(t, in, nil)
 	stray, _ := balance.Encode(balance.Balance{Account: "acc-1", Balance: 1, TransferID: "t-999"})
 	for _, tc := range []struct {
 		name                 string
@@ -166,28 +182,12 @@ func TestCheckBalanceSteps(t *testing.T) {
 		r, _ := generatedRecord("balance", i, 2)
 		in = append(in, r)
 	}
-	apply := func(order []int) []*kgo.Record {
-		bal := map[string]int64{}
-		var out []*kgo.Record
-		for _, i := range order {
-			tr, err := balance.Decode(in[i])
-			if err != nil {
-				t.Fatal(err)
-			}
-			b := balance.Apply(bal[tr.Account], tr)
-			bal[tr.Account] = b.Balance
-			o, _ := balance.Encode(b)
-			out = append(out, o)
-		}
-		return out
-	}
-	inOrder := []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11}
-	if v := checkBalance(in, apply(inOrder)); !v.Clean() {
+	if v := checkBalance(in, balanceOutput(t, in, nil)); !v.Clean() {
 		t.Errorf("exactly once: %v", v)
 	}
 	// Two transfers of one account applied in the other order: the last
 	// balance is right, the one between is not.
-	if v := checkBalance(in, apply([]int{2, 1, 0, 3, 4, 5, 6, 7, 8, 9, 10, 11})); v.Clean() {
+	if v := checkBalance(in, balanceOutput(t, in, []int{2, 1, 0, 3, 4, 5, 6, 7, 8, 9, 10, 11})); v.Clean() {
 		t.Errorf("transfers applied out of order: %v, clean", v)
 	}
 }
