@@ -217,13 +217,13 @@ func (g *layoutGuard) adopt(ctx context.Context, rec checkpoint.Layout) error {
 		if _, ok := rec.Topic(t); ok {
 			continue
 		}
-		switch tl, err := checkpoint.ReadAddedTopic(ctx, g.st, g.job, t); {
-		case err == nil:
-			want.Topics = append(want.Topics, tl)
-		case errors.Is(err, checkpoint.ErrNotFound):
-			added = append(added, t)
-		default:
+		switch tl, ok, err := g.addedRecord(ctx, t); {
+		case err != nil:
 			return err
+		case ok:
+			want.Topics = append(want.Topics, tl)
+		default:
+			added = append(added, t)
 		}
 	}
 	if err := g.createInternal(ctx, added, n); err != nil {
@@ -251,13 +251,13 @@ func (g *layoutGuard) adopt(ctx context.Context, rec checkpoint.Layout) error {
 			if held[t] > 0 {
 				// Another worker may have recorded it a moment ago, and
 				// its tasks written since.
-				switch rtl, err := checkpoint.ReadAddedTopic(ctx, g.st, g.job, t); {
-				case err == nil:
-					want.Topics = append(want.Topics, rtl)
-				case errors.Is(err, checkpoint.ErrNotFound):
-					used = append(used, t)
-				default:
+				switch rtl, ok, err := g.addedRecord(ctx, t); {
+				case err != nil:
 					return err
+				case ok:
+					want.Topics = append(want.Topics, rtl)
+				default:
+					used = append(used, t)
 				}
 				continue
 			}
@@ -285,6 +285,16 @@ func (g *layoutGuard) adopt(ctx context.Context, rec checkpoint.Layout) error {
 	}
 	g.want, g.partitions = want, n
 	return nil
+}
+
+// addedRecord reads the record of internal topic t that a worker wrote
+// when t's stage was added (checkpoint.AddedTopicName); ok false if none.
+func (g *layoutGuard) addedRecord(ctx context.Context, t string) (tl checkpoint.TopicLayout, ok bool, err error) {
+	tl, err = checkpoint.ReadAddedTopic(ctx, g.st, g.job, t)
+	if errors.Is(err, checkpoint.ErrNotFound) {
+		return tl, false, nil
+	}
+	return tl, err == nil, err
 }
 
 // check compares the live layout with the one the job runs on: nil, a

@@ -18,13 +18,7 @@ import (
 // stop its sources, take a final checkpoint and commit it, and return nil:
 // the output is complete and no transaction is left open.
 func TestRunDrains(t *testing.T) {
-	ctx := testCtx(t, 2*time.Minute)
-	c := testcluster.Kafka(t)
-	in, out := testcluster.UniqueName(t, "in"), testcluster.UniqueName(t, "out")
-	c.CreateTopics(t, 2, in, out)
-	if _, err := generate(ctx, generateConfig{Brokers: c.Brokers, Topic: in, Job: "count", Records: 3000, Keys: 11, Batch: 500}, nil); err != nil {
-		t.Fatal(err)
-	}
+	ctx, c, in, out := drainInput(t, 2)
 	var stderr strings.Builder
 	cfg, err := worker.Parse([]string{
 		"--job", "count", "--http-addr", "off", "--tasks", "0,1",
@@ -84,13 +78,7 @@ func (s *stalledManifests) PutIfAbsent(ctx context.Context, name string, data []
 // task committed a final checkpoint, which an operator relies on before
 // lowering --pool-size, changing --delivery or removing a sink.
 func TestRunDrainIncomplete(t *testing.T) {
-	ctx := testCtx(t, 2*time.Minute)
-	c := testcluster.Kafka(t)
-	in, out := testcluster.UniqueName(t, "in"), testcluster.UniqueName(t, "out")
-	c.CreateTopics(t, 1, in, out)
-	if _, err := generate(ctx, generateConfig{Brokers: c.Brokers, Topic: in, Job: "count", Records: 3000, Keys: 11, Batch: 500}, nil); err != nil {
-		t.Fatal(err)
-	}
+	ctx, c, in, out := drainInput(t, 1)
 	dir := t.TempDir()
 	base, err := checkpoint.Open(ctx, "file://"+dir)
 	if err != nil {
@@ -129,6 +117,20 @@ func TestRunDrainIncomplete(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("run did not return after the drain")
 	}
+}
+
+// drainInput makes an input and an output topic of partitions partitions
+// and writes 3000 records of the count job to the input.
+func drainInput(t *testing.T, partitions int32) (ctx context.Context, c *testcluster.Cluster, in, out string) {
+	t.Helper()
+	ctx = testCtx(t, 2*time.Minute)
+	c = testcluster.Kafka(t)
+	in, out = testcluster.UniqueName(t, "in"), testcluster.UniqueName(t, "out")
+	c.CreateTopics(t, partitions, in, out)
+	if _, err := generate(ctx, generateConfig{Brokers: c.Brokers, Topic: in, Job: "count", Records: 3000, Keys: 11, Batch: 500}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, c, in, out
 }
 
 // waitRead waits until the worker has read n input records. There is no
