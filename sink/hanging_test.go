@@ -487,16 +487,20 @@ func TestHangingTransactionOnRealBroker(t *testing.T) {
 			})
 			open := func() int64 {
 				t.Helper()
-				ds, err := adm.DescribeProducers(ctx, kadm.TopicsSet{strayTopic: {1: {}}})
+				// A topic made a moment ago may not be known yet to the
+				// partition's broker: asked again, as Close asks.
+				wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+				defer cancel()
+				ds, err := describeWaiting(wctx, slog.New(slog.NewTextHandler(testWriter{t}, nil)), adm, kadm.TopicsSet{strayTopic: {1: {}}})
 				if err != nil {
 					t.Fatal(err)
 				}
 				start := int64(-1)
-				ds.EachProducer(func(d kadm.DescribedProducer) {
+				for _, d := range ds {
 					if d.ProducerID == pid {
 						start = d.CurrentTxnStartOffset
 					}
-				})
+				}
 				return start
 			}
 			if open() < 0 {
