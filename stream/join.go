@@ -16,7 +16,8 @@ import (
 // records wait in keyed map state until the watermark (the least of both
 // inputs') says no record of the other side can match them any more; an
 // event-time timer then removes them. Records that come at or behind the
-// watermark are late and dropped, as in Flink's joins.
+// watermark are late and dropped, as in Flink's joins, and counted
+// (weir_late_records_dropped_total) and logged.
 
 // seqKey orders buffered records by event time, then by arrival.
 type seqKey struct{ TS, Seq int64 }
@@ -110,6 +111,7 @@ func IntervalJoin[K, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], na
 			Process1: func(ctx *Context[K, Out], x A) error {
 				ta := ctx.Timestamp().UnixMilli()
 				if late(ctx, ta) {
+					ctx.DropLate()
 					return nil
 				}
 				err := right.Range(func(k seqKey, y B) error {
@@ -130,6 +132,7 @@ func IntervalJoin[K, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], na
 			Process2: func(ctx *Context[K, Out], y B) error {
 				tb := ctx.Timestamp().UnixMilli()
 				if late(ctx, tb) {
+					ctx.DropLate()
 					return nil
 				}
 				err := left.Range(func(k seqKey, x A) error {
@@ -199,17 +202,22 @@ func WindowJoin[K, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], name
 		seq := newSequence()
 		size := w.Size().Milliseconds()
 		add := func(ctx *Context[K, Out], put func(start int64) error) error {
+			added := false
 			for _, win := range w.Windows(ctx.Timestamp()) {
 				end := win.End.UnixMilli()
 				if late(ctx, end-1) {
 					continue // the window has fired
 				}
+				added = true
 				if err := put(win.Start.UnixMilli()); err != nil {
 					return err
 				}
 				if err := ctx.RegisterEventTimer(time.UnixMilli(end - 1)); err != nil {
 					return err
 				}
+			}
+			if !added {
+				ctx.DropLate() // every window of it has fired
 			}
 			return nil
 		}

@@ -116,6 +116,8 @@ func TestHTTPEndpoints(t *testing.T) {
 	m := manifest(4, time.Now().Add(-20*time.Millisecond), 100, 23)
 	m.Operators = append(m.Operators, checkpoint.Ack{Operator: "output", Committables: []checkpoint.Committable{{TransactionalID: "a"}, {TransactionalID: "b"}}})
 	o.CheckpointCompleted("count", 1, m)
+	o.LateDropped("count", 1, "windows")
+	o.LateDropped("count", 1, "windows")
 	// What the membership and stopTask observe; both need Kafka or a runner.
 	w.metrics.rebalances.Inc()
 	w.metrics.handoffStop.WithLabelValues("true").Observe(0.25)
@@ -133,6 +135,7 @@ func TestHTTPEndpoints(t *testing.T) {
 		`weir_checkpoint_duration_seconds_count{job="count",task="1"} 1`,
 		`weir_pending_transactions{job="count",task="1"} 2`,
 		`weir_rebalances_total{job="count"} 1`,
+		`weir_late_records_dropped_total{job="count",operator="windows",task="1"} 2`,
 		`weir_handoff_restore_seconds_count{job="count"} 2`,
 		`weir_handoff_first_record_seconds_count{job="count"} 1`,
 		`weir_handoff_stop_seconds_count{drained="true",job="count"} 1`,

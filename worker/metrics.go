@@ -19,6 +19,7 @@ type metrics struct {
 	completed    *prometheus.CounterVec
 	aborted      *prometheus.CounterVec
 	failures     *prometheus.CounterVec
+	lateDropped  *prometheus.CounterVec
 	duration     *prometheus.HistogramVec
 	size         *prometheus.GaugeVec
 	incremental  *prometheus.GaugeVec
@@ -53,6 +54,8 @@ func newMetrics(job string, st *Stats) *metrics {
 		completed: counter("weir_checkpoints_completed_total", "Completed checkpoints.", "task"),
 		aborted:   counter("weir_checkpoints_aborted_total", "Aborted (failed or timed out) checkpoints.", "task"),
 		failures:  counter("weir_task_failures_total", "Task failures (each followed by a restart unless the task gave up).", "task"),
+		lateDropped: counter("weir_late_records_dropped_total", "Records an operator dropped for being behind its watermark (late) "+
+			"that nothing takes: a window's, when its late records are not used, or a join's (replays after a restore included).", "task", "operator"),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "weir_checkpoint_duration_seconds", Help: "Time from trigger to durable manifest.", ConstLabels: constLabels,
 			Buckets: prometheus.ExponentialBuckets(0.005, 2, 14),
@@ -96,7 +99,7 @@ func newMetrics(job string, st *Stats) *metrics {
 			out: prometheus.NewDesc("weir_records_out_total", "Output records written, per task (rewrites after a restore included).", []string{"task"}, constLabels),
 		},
 	}
-	m.collectable = []prometheus.Collector{m.completed, m.aborted, m.failures, m.duration, m.size, m.incremental, m.lastID, m.offset,
+	m.collectable = []prometheus.Collector{m.completed, m.aborted, m.failures, m.lateDropped, m.duration, m.size, m.incremental, m.lastID, m.offset,
 		m.pause, m.alignment, m.pending, m.rebalances, m.tasksStarted, m.assigned, m.jobStopped, m.handoffStop, m.restore, m.firstRecord, m.records}
 	for _, r := range stopReasons {
 		m.jobStopped.WithLabelValues(r).Set(0)
@@ -238,6 +241,11 @@ func (o *observer) TaskRestored(job string, task int, epoch int64, from checkpoi
 		o.lag.restored(task)
 	}
 	o.extra.TaskRestored(job, task, epoch, from, d)
+}
+
+func (o *observer) LateDropped(job string, task int, operator string) {
+	o.metrics.lateDropped.WithLabelValues(strconv.Itoa(task), operator).Inc()
+	o.extra.LateDropped(job, task, operator)
 }
 
 func (o *observer) FirstRecord(job string, task int, d time.Duration) {

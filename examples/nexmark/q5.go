@@ -18,7 +18,10 @@ const (
 // Q5Out is a result of q5: an auction with the most bids of a window
 // [Start, End), and how many (Num). A window has several if they tie. A
 // result marked Late is one auction's count that reached the second stage
-// after the window was decided: only with bids late in the input.
+// after the window was decided: its upstream task's input was idle past
+// the source's idleness, and came back. A bid late in the input (behind
+// the first stage's watermark) is dropped, as in Flink's Nexmark, and
+// counted in weir_late_records_dropped_total (operator q5-count).
 type Q5Out struct {
 	Auction int64     `json:"auction"`
 	Num     int64     `json:"num"`

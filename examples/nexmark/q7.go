@@ -16,7 +16,10 @@ const Q7Window = 10 * time.Second
 // Q7Out is a result of q7: a bid with the highest price of the window
 // [Start, End) (several if they tie). A result marked Late is from a task's
 // highest bids that reached the second stage after the window was decided:
-// only with bids late in the input.
+// the task's input was idle past the source's idleness, and came back. A
+// bid late in the input (behind the first stage's watermark) is dropped,
+// as in Flink's Nexmark, and counted in weir_late_records_dropped_total
+// (operator q7-task-max).
 type Q7Out struct {
 	Auction  int64     `json:"auction"`
 	Bidder   int64     `json:"bidder"`

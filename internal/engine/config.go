@@ -248,6 +248,10 @@ type Observer interface {
 	// FirstRecord: an attempt of the task processed its first record, d
 	// after the attempt began.
 	FirstRecord(job string, task int, d time.Duration)
+	// LateDropped: operator dropped a record behind its watermark (late)
+	// that nothing takes: a window's, when its late records are not used,
+	// or a join's. It is called once per record.
+	LateDropped(job string, task int, operator string)
 }
 
 // NopObserver ignores everything; embed it to observe a part.
@@ -260,3 +264,4 @@ func (NopObserver) CheckpointAborted(string, int, checkpoint.ID, error)         
 func (NopObserver) TaskFailed(string, int, error, bool)                           {}
 func (NopObserver) TaskRestored(string, int, int64, checkpoint.ID, time.Duration) {}
 func (NopObserver) FirstRecord(string, int, time.Duration)                        {}
+func (NopObserver) LateDropped(string, int, string)                               {}

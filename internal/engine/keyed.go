@@ -77,6 +77,7 @@ type Context[K, Out any] struct {
 	wm      *int64 // the operator's watermark
 	cursor  *Position
 	now     func() time.Time
+	op      *opBase
 }
 
 // Key is the key of the record (or timer) at hand.
@@ -92,6 +93,21 @@ func (c *Context[K, Out]) EmitAt(v Out, ts time.Time) error {
 	err := c.out.collect(v)
 	c.cursor.Timestamp = saved
 	return err
+}
+
+// DropLate says that the operator drops the record at hand for being
+// late (behind the watermark): weir counts it in
+// weir_late_records_dropped_total and logs it. An operator that drops
+// late records calls it, as weir's joins do, so that none goes without a
+// word.
+func (c *Context[K, Out]) DropLate() {
+	if c.op != nil {
+		wm := int64(noWatermark)
+		if c.wm != nil {
+			wm = *c.wm
+		}
+		c.op.dropLate(wm)
+	}
 }
 
 // Position is where the record at hand came from; in a timer, a Position
@@ -426,7 +442,7 @@ func KeyedProcess[K, In, Out any](in *Keyed[K, In], name string, factory func(s 
 		if err := o.restore(t); err != nil {
 			return err
 		}
-		o.ctx = Context[K, Out]{out: o.out, timers: o.timers, etimers: o.etimers, wm: &o.wm, cursor: o.cursor, now: t.now}
+		o.ctx = Context[K, Out]{out: o.out, timers: o.timers, etimers: o.etimers, wm: &o.wm, cursor: o.cursor, now: t.now, op: &o.opBase}
 		o.pf, _ = o.backend.(state.Prefetcher)
 		t.setEndpoints(n, o)
 		if o.timers != nil {

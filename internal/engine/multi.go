@@ -421,7 +421,7 @@ func CoProcess[K, In1, In2, Out any](in1 *Keyed[K, In1], in2 *Keyed[K, In2], nam
 		if err := o.restore(t); err != nil {
 			return err
 		}
-		o.ctx = Context[K, Out]{out: o.out, timers: o.timers, etimers: o.etimers, wm: &o.wm, cursor: o.cursor, now: t.now}
+		o.ctx = Context[K, Out]{out: o.out, timers: o.timers, etimers: o.etimers, wm: &o.wm, cursor: o.cursor, now: t.now, op: &o.opBase}
 		m := &multiRoot{t: t, r: r, name: n.name, aligner: align.New(2, t.cfg.Mode), op: o, wms: newInputWatermarks(2)}
 		m.restoreWatermark()
 		m.inputs = []input{

@@ -34,6 +34,31 @@ type opBase struct {
 	t      *task
 	name   string
 	cursor *Position
+
+	// late counts the records dropped for being late since lateLogged,
+	// when they were last logged.
+	late       int64
+	lateLogged time.Time
+}
+
+// lateLogEvery bounds how often an operator logs the late records it drops.
+const lateLogEvery = time.Minute
+
+// dropLate reports the record at hand, dropped for being behind the
+// operator's watermark wm (Unix ms): each to the observer (a metric), and
+// in a log line, the first at once and then at most one a minute, with
+// the number dropped since the last line. A late record is never dropped without a word.
+func (b *opBase) dropLate(wm int64) {
+	b.t.observer.LateDropped(b.t.job, b.t.id, b.name)
+	b.late++
+	now := time.Now()
+	if !b.lateLogged.IsZero() && now.Sub(b.lateLogged) < lateLogEvery {
+		return
+	}
+	b.t.log.Warn("dropped records behind the watermark (late), which nothing takes",
+		"operator", b.name, "dropped", b.late, "last", b.cursor.String(),
+		"event_time", time.UnixMilli(b.cursor.Timestamp).UTC(), "watermark", watermarkTime(wm).UTC())
+	b.late, b.lateLogged = 0, now
 }
 
 func (b *opBase) recordErr(err error) error {

@@ -144,6 +144,7 @@ type windowOp[K, In, Out any] struct {
 	sessions *state.Map[int64, int64] // start -> end, per key (session windows)
 	out      endpoint[Out]
 	late     endpoint[In]
+	lateUsed bool // something takes the late records: else they are counted, dropped
 
 	keyBuf []byte
 	nsBuf  []byte
@@ -201,9 +202,19 @@ func (o *windowOp[K, In, Out]) apply(v In) (err error) {
 		}
 	}
 	if !added {
-		return o.late.collect(v)
+		return o.toLate(v)
 	}
 	return nil
+}
+
+// toLate passes on v, past the lateness of all its windows, as a late
+// record, or drops it with a word when nothing takes them.
+func (o *windowOp[K, In, Out]) toLate(v In) error {
+	if !o.lateUsed {
+		o.dropLate(o.wm)
+		return nil
+	}
+	return o.late.collect(v)
 }
 
 // mod is x mod m, in [0, m) for negative x too.
@@ -280,7 +291,7 @@ func (o *windowOp[K, In, Out]) addToSession(v In, ts int64) error {
 		start, end = min(start, s.start), max(end, s.end)
 	}
 	if o.tooLate(end) {
-		return o.late.collect(v)
+		return o.toLate(v)
 	}
 	dst := o.ns(&o.nsBuf, start)
 	for _, s := range overlapping {
@@ -443,7 +454,7 @@ func addWindow[K, In, Out any](in *Keyed[K, In], name string, w WindowAssigner, 
 	connect(in.in, n, 0)
 	n.build = func(t *task) error {
 		o := &windowOp[K, In, Out]{guard: in.guard(t), keyFn: in.keyFn, codec: in.codec, assigner: w, lateness: opts.AllowedLateness.Milliseconds(),
-			out: out.output(t), late: late.output(t)}
+			out: out.output(t), late: late.output(t), lateUsed: len(late.consumers) > 0}
 		o.opBase = t.base(n)
 		o.wm = noWatermark
 		if err := o.open(t, n); err != nil {

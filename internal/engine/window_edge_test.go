@@ -3,8 +3,11 @@ package engine_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +43,21 @@ func (o *oneByOne) Close() error { return nil }
 // firings (start and end relative to wBase) and the late records.
 func runEdge(t *testing.T, recs []wEvent, w stream.WindowAssigner, lateness time.Duration) ([][3]int64, int) {
 	t.Helper()
+	r := runLateness(t, recs, w, lateness, true)
+	return r.fired, r.late
+}
+
+// windowsRun is what runLateness saw.
+type windowsRun struct {
+	fired   [][3]int64 // start and end relative to wBase, count
+	late    int        // records in the late stream
+	dropped int64      // late records the observer heard dropped
+	log     string
+}
+
+// runLateness is runEdge with the late stream used or not (useLate).
+func runLateness(t *testing.T, recs []wEvent, w stream.WindowAssigner, lateness time.Duration, useLate bool) windowsRun {
+	t.Helper()
 	job := stream.NewJob("edges")
 	src := stream.SourceWithWatermarks(job, "events", func(context.Context, engine.TaskInfo, []checkpoint.SourcePosition) (engine.SourceReader[wEvent], error) {
 		return &oneByOne{recs: recs}, nil
@@ -48,20 +66,85 @@ func runEdge(t *testing.T, recs []wEvent, w stream.WindowAssigner, lateness time
 		w, stream.WindowOptions{AllowedLateness: lateness}, state.Int64(), countAdd, countMerge, countResult)
 	res, late := newTxnStore[wResult](), newTxnStore[wEvent]()
 	stream.Sink(win.Results, "sink", res.sink())
-	stream.Sink(win.Late, "late", late.sink())
+	if useLate {
+		stream.Sink(win.Late, "late", late.sink())
+	}
 	plan, err := job.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = engine.Run(t.Context(), plan, engine.Config{Tasks: []int{0}, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}), StateDir: t.TempDir(), MaxRestarts: 1, RestartBackoff: time.Millisecond})
+	obs, log := &lateObserver{}, &logBuffer{}
+	err = engine.Run(t.Context(), plan, engine.Config{Tasks: []int{0}, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}), StateDir: t.TempDir(),
+		MaxRestarts: 1, RestartBackoff: time.Millisecond, Observer: obs, Logger: slog.New(slog.NewTextHandler(log, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fired [][3]int64
-	for _, r := range res.visible() {
-		fired = append(fired, [3]int64{r.Start - wBase, r.End - wBase, r.Count})
+	r := windowsRun{late: len(late.visible()), dropped: obs.count("windows"), log: log.String()}
+	for _, x := range res.visible() {
+		r.fired = append(r.fired, [3]int64{x.Start - wBase, x.End - wBase, x.Count})
 	}
-	return fired, len(late.visible())
+	return r
+}
+
+// lateObserver counts the late records each operator dropped.
+type lateObserver struct {
+	engine.NopObserver
+	mu      sync.Mutex
+	dropped map[string]*atomic.Int64
+}
+
+func (o *lateObserver) LateDropped(_ string, _ int, operator string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.dropped == nil {
+		o.dropped = map[string]*atomic.Int64{}
+	}
+	if o.dropped[operator] == nil {
+		o.dropped[operator] = &atomic.Int64{}
+	}
+	o.dropped[operator].Add(1)
+}
+
+func (o *lateObserver) count(operator string) int64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if c := o.dropped[operator]; c != nil {
+		return c.Load()
+	}
+	return 0
+}
+
+// TestLateRecordsDroppedAreCounted: a window whose late stream nothing
+// takes drops its late records, and says so: each one to the observer
+// (weir_late_records_dropped_total) and the first in a log line naming the
+// operator and the record. With the late stream used, none is dropped.
+func TestLateRecordsDroppedAreCounted(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		w    stream.WindowAssigner
+	}{{"tumbling", stream.Tumbling(100 * time.Millisecond)}, {"sliding", stream.Sliding(100*time.Millisecond, 50*time.Millisecond)},
+		{"session", stream.Session(10 * time.Millisecond)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			// 1000 moves the watermark past the windows of 0 and 10:
+			// 10 and 20 are late, 1010 is not.
+			recs := []wEvent{at(0), at(1000), at(10), at(20), at(1010)}
+			used := runLateness(t, recs, tc.w, 0, true)
+			if used.late != 2 || used.dropped != 0 {
+				t.Fatalf("late stream used: %d late records, %d dropped; want 2 and 0", used.late, used.dropped)
+			}
+			r := runLateness(t, recs, tc.w, 0, false)
+			if r.dropped != 2 {
+				t.Fatalf("late stream unused: the observer heard of %d dropped records, want 2 (log: %s)", r.dropped, r.log)
+			}
+			if !slices.Equal(r.fired, used.fired) {
+				t.Fatalf("late stream unused: fired %v, want %v as with it used", r.fired, used.fired)
+			}
+			if n := strings.Count(r.log, "dropped records behind the watermark"); n != 1 || !strings.Contains(r.log, "operator=windows") ||
+				!strings.Contains(r.log, "events 0@2") {
+				t.Fatalf("want one log line naming the operator and the first late record (events 0@2), got %d in:\n%s", n, r.log)
+			}
+		})
+	}
 }
 
 func at(ms int64) wEvent { return wEvent{Key: 1, TS: wBase + ms, ID: 1 << 32} }
