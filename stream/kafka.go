@@ -420,7 +420,16 @@ func KeyBy[K, T any](s Stream[T], name string, key func(T) K, keyCodec state.Cod
 	// a KeyBy writes and reads every record once more.
 	appendKV := sink.AppendEncoder(func(k, b []byte, v Timed[T]) ([]byte, []byte, error) {
 		b, err := state.Encode(codec, b, v.Value)
-		return keyCodec.Append(k, key(v.Value)), b, err
+		if err != nil {
+			return k, b, err
+		}
+		// Checked: a key that fails to encode (JSON of a NaN) would
+		// move, and share state, with every other that fails alike.
+		k, err = state.Encode(keyCodec, k, key(v.Value))
+		if err != nil {
+			err = fmt.Errorf("keyBy %q: encode the key: %w", name, err)
+		}
+		return k, b, err
 	})
 	encode := func(v Timed[T]) (*kgo.Record, error) {
 		r, err := appendKV(v)

@@ -36,8 +36,34 @@ func KeyBy[K, T any](in *Port[T], name string, keyFn func(T) K, codec state.Code
 		in.g.errorf("keyBy %q: key codec is nil", name)
 	}
 	in.g.keyBys++
-	return &Keyed[K, T]{in: in, name: name, keyFn: keyFn, codec: codec}
+	return &Keyed[K, T]{in: in, name: name, keyFn: keyFn, codec: checkedKeys(codec)}
 }
+
+// checkedKeys returns c, or, when its encoding can fail (a
+// state.CheckedCodec: JSON of a NaN, say), c with an Append that panics
+// with a keyEncodeError instead of appending what it would (JSON's
+// "null"): distinct keys that fail alike would share one state. The
+// operators' recoverTo turns the panic into the record's error, so that
+// the hot path of every key keeps its one Append call.
+func checkedKeys[K any](c state.Codec[K]) state.Codec[K] {
+	if cc, ok := c.(state.CheckedCodec[K]); ok {
+		return checkedKeyCodec[K]{cc}
+	}
+	return c
+}
+
+type checkedKeyCodec[K any] struct{ state.CheckedCodec[K] }
+
+func (c checkedKeyCodec[K]) Append(dst []byte, k K) []byte {
+	out, err := c.AppendChecked(dst, k)
+	if err != nil {
+		panic(keyEncodeError{err})
+	}
+	return out
+}
+
+// keyEncodeError is the panic of a checkedKeyCodec.
+type keyEncodeError struct{ err error }
 
 // LocalKeyBy keys a stream within each task, whatever the input's
 // partitioning: state is per key per task, and the same key in two tasks

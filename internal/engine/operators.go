@@ -74,6 +74,10 @@ func (b *opBase) recordErr(err error) error {
 // recoverTo turns a panic of a user function into a RecordError in *err.
 func (b *opBase) recoverTo(err *error) {
 	if r := recover(); r != nil {
+		if ke, ok := r.(keyEncodeError); ok {
+			*err = b.recordErr(fmt.Errorf("encode the record's key: %w", ke.err))
+			return
+		}
 		*err = b.recordErr(fmt.Errorf("%w: %v", ErrPanic, r))
 	}
 }

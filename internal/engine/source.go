@@ -84,7 +84,9 @@ func (s *sourceRoot[T]) poll(ctx context.Context) error {
 					return err
 				}
 			}
-			s.stamp()
+			if err := s.stamp(); err != nil {
+				return err
+			}
 		}
 		if err := s.out.collectBatch(s.batch.Values, s.batch.Positions); err != nil {
 			return err
@@ -108,10 +110,19 @@ func (s *sourceRoot[T]) poll(ctx context.Context) error {
 }
 
 // stamp gives the batch's records their event time, if the strategy
-// extracts it, and takes it into each split's watermark.
-func (s *sourceRoot[T]) stamp() {
+// extracts it, and takes it into each split's watermark. A panic of the
+// strategy's function fails the record (the task), as one of any other
+// function of the job does, not the process.
+func (s *sourceRoot[T]) stamp() (err error) {
 	now := s.t.now()
-	for i := range s.batch.Positions {
+	i := 0
+	defer func() {
+		if r := recover(); r != nil {
+			*s.cursor = s.batch.Positions[i]
+			err = s.recordErr(fmt.Errorf("%w: the watermark strategy's Timestamp: %v", ErrPanic, r))
+		}
+	}()
+	for i = range s.batch.Positions {
 		p := &s.batch.Positions[i]
 		if s.tsFn != nil {
 			p.Timestamp = s.tsFn(s.batch.Values[i], *p).UnixMilli()
@@ -120,6 +131,7 @@ func (s *sourceRoot[T]) stamp() {
 			s.wm.observe(p, now)
 		}
 	}
+	return nil
 }
 
 // end stops reading: the input is exhausted, or the job drains.
