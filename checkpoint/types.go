@@ -124,6 +124,13 @@ type Ack struct {
 	// it has one: a restored operator starts from it, so that records
 	// replayed after a restore meet the event time they met before.
 	Watermark *int64 `json:"watermark,omitempty"`
+	// Schema says what the operator's State means: each state it declared
+	// with its kind and codecs, its key's codec ("key"), a window's
+	// assigner ("window"). A restore refuses State whose job reads it as
+	// another thing (a changed codec decodes the old bytes into wrong
+	// values, or finds none of its keys). Checkpoints of before it have
+	// none, and are not checked.
+	Schema map[string]string `json:"schema,omitempty"`
 }
 
 // FormatVersion is the manifest format this code writes and reads.

@@ -47,15 +47,23 @@ func (h *handle) wrap(op string, err error) error {
 	return fmt.Errorf("state %q: %s: %w", h.name, op, err)
 }
 
-func newHandle(b Backend, scope *KeyScope, name string, c any) (handle, error) {
+// newHandle checks a declaration and records it in scope: kind, then the
+// names of the codecs cs.
+func newHandle(b Backend, scope *KeyScope, name string, kind string, cs ...any) (handle, error) {
 	switch {
 	case b == nil:
 		return handle{}, fmt.Errorf("state %q: nil backend", name)
 	case scope == nil:
 		return handle{}, fmt.Errorf("state %q: nil key scope", name)
-	case c == nil:
-		return handle{}, fmt.Errorf("state %q: nil codec", name)
 	}
+	what := kind
+	for _, c := range cs {
+		if c == nil {
+			return handle{}, fmt.Errorf("state %q: nil codec", name)
+		}
+		what += " " + CodecName(c)
+	}
+	scope.declare(name, what)
 	return handle{name: name, scope: scope}, nil
 }
 
@@ -69,7 +77,7 @@ type Value[T any] struct {
 
 // NewValue declares value state name in b.
 func NewValue[T any](b Backend, scope *KeyScope, name string, c Codec[T]) (*Value[T], error) {
-	h, err := newHandle(b, scope, name, c)
+	h, err := newHandle(b, scope, name, "value", c)
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +147,7 @@ type List[T any] struct {
 
 // NewList declares list state name in b.
 func NewList[T any](b Backend, scope *KeyScope, name string, c Codec[T]) (*List[T], error) {
-	h, err := newHandle(b, scope, name, c)
+	h, err := newHandle(b, scope, name, "list", c)
 	if err != nil {
 		return nil, err
 	}
@@ -227,12 +235,12 @@ type Map[K, V any] struct {
 
 // NewMap declares map state name in b.
 func NewMap[K, V any](b Backend, scope *KeyScope, name string, kc Codec[K], vc Codec[V]) (*Map[K, V], error) {
-	h, err := newHandle(b, scope, name, kc)
-	if err != nil {
-		return nil, err
-	}
 	if vc == nil {
 		return nil, fmt.Errorf("state %q: nil value codec", name)
+	}
+	h, err := newHandle(b, scope, name, "map", kc, vc)
+	if err != nil {
+		return nil, err
 	}
 	t, err := b.Map(name)
 	if err != nil {

@@ -30,7 +30,7 @@ type Timers struct {
 
 // NewTimers declares the timers named name in b.
 func NewTimers(b Backend, scope *KeyScope, name string) (*Timers, error) {
-	if _, err := newHandle(b, scope, name, struct{}{}); err != nil {
+	if _, err := newHandle(b, scope, name, "timers"); err != nil {
 		return nil, err
 	}
 	t, err := b.Map(name)

@@ -194,7 +194,9 @@ func WindowJoin[K, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], name
 		if join == nil {
 			return CoProcessor[K, A, B, Out]{}, errors.New("window join: join function is nil")
 		}
-		// Buffered per window: the key is (window start, sequence).
+		// Buffered per window: the key is (window start, sequence), and
+		// a timer at its end finds it by the size.
+		s.Describe("window", w.String())
 		left, right, err := buffers(s, ca, cb)
 		if err != nil {
 			return CoProcessor[K, A, B, Out]{}, err

@@ -3,7 +3,10 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/weirstream/weir/checkpoint"
@@ -54,6 +57,9 @@ func checkedKeys[K any](c state.Codec[K]) state.Codec[K] {
 
 type checkedKeyCodec[K any] struct{ state.CheckedCodec[K] }
 
+// CodecName is the name of the codec checked: its bytes.
+func (c checkedKeyCodec[K]) CodecName() string { return state.CodecName(c.CheckedCodec) }
+
 func (c checkedKeyCodec[K]) Append(dst []byte, k K) []byte {
 	out, err := c.AppendChecked(dst, k)
 	if err != nil {
@@ -82,6 +88,17 @@ type Setup struct {
 	task    int
 	backend state.Backend
 	scope   *state.KeyScope
+	k       *keyedState
+}
+
+// Describe records what the operator's state means beyond the codecs of
+// its declarations, say the size of the windows its state is keyed by:
+// meaning, under what. A restore refuses a checkpoint whose job described
+// what otherwise, as it refuses a state declared with another codec.
+func (s *Setup) Describe(what, meaning string) {
+	if s.k != nil {
+		s.k.describe(what, meaning)
+	}
 }
 
 // Task is the index of the task being set up.
@@ -214,6 +231,56 @@ type keyedState struct {
 	etimers *state.Timers
 	wm      int64 // the last watermark, noWatermark before the first
 	check   keyCheck
+
+	// described is what the operator says of its state besides the
+	// declarations in scope and in scopes (a window's contents'); schema
+	// is all of it, as restore found it, which each checkpoint records.
+	described map[string]string
+	scopes    []*state.KeyScope
+	schema    map[string]string
+}
+
+// describe records what the operator's state means under what (see
+// checkpoint.Ack.Schema): "key" is its key's codec, "window" its windows.
+func (k *keyedState) describe(what, meaning string) {
+	if k.described == nil {
+		k.described = map[string]string{}
+	}
+	k.described[what] = meaning
+}
+
+// schemaNow is what the operator's state means: each state declared, as
+// "state/NAME", and what the operator described.
+func (k *keyedState) schemaNow() map[string]string {
+	s := maps.Clone(k.described)
+	if s == nil {
+		s = map[string]string{}
+	}
+	for _, sc := range append([]*state.KeyScope{&k.scope}, k.scopes...) {
+		for name, what := range sc.Declared() {
+			s["state/"+name] = what
+		}
+	}
+	return s
+}
+
+// checkSchema refuses restored state that the job reads as another thing
+// than the job that wrote it: each entry both have must be the same.
+func (k *keyedState) checkSchema(t *task, restored map[string]string) error {
+	var changed []string
+	for _, what := range slices.Sorted(maps.Keys(restored)) {
+		if now, ok := k.schema[what]; ok && now != restored[what] {
+			changed = append(changed, fmt.Sprintf("%s was %q, is %q", what, restored[what], now))
+		}
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: operator %s: its state in checkpoint %d means another thing to this job (%s): restored, it would be read wrong "+
+		"(a codec's old bytes decoded as other values, or none of its keys found, or windows looked up by another size); "+
+		"keep what the state was written with (a codec renamed, its bytes kept, keeps its old name with a CodecName method), "+
+		"or give the operator another name and restore with --allow-non-restored-state, which drops its state",
+		ErrIncompatibleCheckpoint, k.name, t.restoredFrom, strings.Join(changed, "; "))
 }
 
 func (k *keyedState) open(t *task, n *node) error {
@@ -288,12 +355,16 @@ func fireEventTimers[K, Out any](k *keyedState, codec state.Codec[K], ctx *Conte
 // restore loads the operator's state from the restored checkpoint, if any.
 // It runs after the factory declared the tables.
 func (k *keyedState) restore(t *task) error {
+	k.schema = k.schemaNow()
 	a := t.restoredAck(k.name)
 	if a != nil && a.Watermark != nil {
 		k.wm = *a.Watermark
 	}
 	if a == nil || a.State == nil {
 		return nil
+	}
+	if err := k.checkSchema(t, a.Schema); err != nil {
+		return err
 	}
 	if err := k.backend.Restore(t.ctx, t.storage, *a.State); err != nil {
 		err = fmt.Errorf("operator %s: restore state of checkpoint %d: %w", k.name, t.restoredFrom, err)
@@ -334,7 +405,7 @@ func (k *keyedState) snapshot(id checkpoint.ID, alignment time.Duration) {
 			t.decline(id, fmt.Errorf("operator %s: upload state: %w", k.name, err))
 			return
 		}
-		a := checkpoint.Ack{Operator: k.name, State: &h, Alignment: alignment}
+		a := checkpoint.Ack{Operator: k.name, State: &h, Alignment: alignment, Schema: k.schema}
 		if wm != noWatermark {
 			a.Watermark = &wm
 		}
@@ -444,10 +515,11 @@ func KeyedProcess[K, In, Out any](in *Keyed[K, In], name string, factory func(s 
 		o := &keyedOp[K, In, Out]{guard: in.guard(t), keyFn: in.keyFn, codec: in.codec, out: out.output(t)}
 		o.opBase = t.base(n)
 		o.wm = noWatermark
+		o.describe("key", state.CodecName(in.codec))
 		if err := o.open(t, n); err != nil {
 			return err
 		}
-		proc, err := callFactory(factory, &Setup{task: t.id, backend: o.backend, scope: &o.scope})
+		proc, err := callFactory(factory, &Setup{task: t.id, backend: o.backend, scope: &o.scope, k: &o.keyedState})
 		if err != nil {
 			return fmt.Errorf("operator %s: setup: %w", n.name, err)
 		}

@@ -396,10 +396,11 @@ func CoProcess[K, In1, In2, Out any](in1 *Keyed[K, In1], in2 *Keyed[K, In2], nam
 		o := &coProcessOp[K, In1, In2, Out]{guard1: in1.guard(t), guard2: in2.guard(t), key1: in1.keyFn, key2: in2.keyFn, codec: in1.codec, out: out.output(t)}
 		o.opBase = t.base(n)
 		o.wm = noWatermark
+		o.describe("key", state.CodecName(in1.codec))
 		if err := o.open(t, n); err != nil {
 			return err
 		}
-		proc, err := callFactory(factory, &Setup{task: t.id, backend: o.backend, scope: &o.scope})
+		proc, err := callFactory(factory, &Setup{task: t.id, backend: o.backend, scope: &o.scope, k: &o.keyedState})
 		if err != nil {
 			return fmt.Errorf("operator %s: setup: %w", n.name, err)
 		}

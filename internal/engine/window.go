@@ -95,6 +95,20 @@ func (w WindowAssigner) Windows(ts time.Time) []Window {
 	return out
 }
 
+// String says what windows w assigns, as "sliding 10s every 2s".
+func (w WindowAssigner) String() string {
+	ms := func(x int64) time.Duration { return time.Duration(x) * time.Millisecond }
+	switch w.kind {
+	case tumbling:
+		return "tumbling " + ms(w.size).String()
+	case sliding:
+		return fmt.Sprintf("sliding %v every %v", ms(w.size), ms(w.slide))
+	case session:
+		return "session gap " + ms(w.gap).String()
+	}
+	return "none"
+}
+
 // Size is the length of the assigner's windows (0 for session windows).
 func (w WindowAssigner) Size() time.Duration { return time.Duration(w.size) * time.Millisecond }
 
@@ -457,13 +471,20 @@ func addWindow[K, In, Out any](in *Keyed[K, In], name string, w WindowAssigner, 
 			out: out.output(t), late: late.output(t), lateUsed: len(late.consumers) > 0}
 		o.opBase = t.base(n)
 		o.wm = noWatermark
+		// A window's state is found by its key and start, and its timers
+		// by its end: restored into windows of another size, none would
+		// fire (see checkpoint.Ack.Schema).
+		o.describe("key", state.CodecName(in.codec))
+		o.describe("window", w.String())
 		if err := o.open(t, n); err != nil {
 			return err
 		}
 		// The contents' state is scoped to a window of a key: a scope of
 		// its own, which the contents set.
+		ns := &state.KeyScope{}
+		o.scopes = append(o.scopes, ns)
 		var err error
-		if o.contents, err = mk(o.backend, &state.KeyScope{}); err != nil {
+		if o.contents, err = mk(o.backend, ns); err != nil {
 			return fmt.Errorf("operator %s: window state: %w", n.name, err)
 		}
 		if w.kind == session {
