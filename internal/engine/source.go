@@ -23,6 +23,15 @@ type sourceRoot[T any] struct {
 	// timestamps, if the strategy says how.
 	wm   *watermarkGen
 	tsFn func(T, Position) time.Time
+	// waited is the clock a split's idleness counts on: the processing
+	// time when the source opened plus the time it has spent in Poll since,
+	// waiting for input. The time it spends on a batch (a slow operator, a
+	// full channel downstream, a wait for a transaction slot) is left out:
+	// a split the source did not read meanwhile had no chance to show a
+	// record, and declaring it idle would make its next records late (as
+	// Flink's FLINK-35886 found). Kept only when the strategy has an
+	// idleness: two clock reads per poll, none per record.
+	waited time.Time
 }
 
 func (s *sourceRoot[T]) run(ctx context.Context) error {
@@ -52,7 +61,15 @@ func (s *sourceRoot[T]) run(ctx context.Context) error {
 
 func (s *sourceRoot[T]) poll(ctx context.Context) error {
 	s.batch.reset()
+	idleness := s.wm != nil && s.wm.idle > 0
+	var start time.Time
+	if idleness {
+		start = s.t.now()
+	}
 	err := s.reader.Poll(ctx, &s.batch)
+	if idleness {
+		s.waited = s.waited.Add(s.t.now().Sub(start))
+	}
 	ended := errors.Is(err, ErrEndOfInput)
 	if err != nil && !ended {
 		if ctx.Err() != nil {
@@ -77,7 +94,7 @@ func (s *sourceRoot[T]) poll(ctx context.Context) error {
 			case !s.wm.sent:
 				// From the restored splits' highest timestamps, before
 				// this batch's.
-				first, ok = s.wm.advance(s.t.now())
+				first, ok = s.wm.advance(s.waited)
 			}
 			if ok {
 				if err := s.out.watermark(first); err != nil {
@@ -100,7 +117,7 @@ func (s *sourceRoot[T]) poll(ctx context.Context) error {
 		}
 		s.end()
 	case s.wm != nil:
-		if w, ok := s.wm.advance(s.t.now()); ok {
+		if w, ok := s.wm.advance(s.waited); ok {
 			if err := s.out.watermark(w); err != nil {
 				return err
 			}
@@ -114,7 +131,6 @@ func (s *sourceRoot[T]) poll(ctx context.Context) error {
 // strategy's function fails the record (the task), as one of any other
 // function of the job does, not the process.
 func (s *sourceRoot[T]) stamp() (err error) {
-	now := s.t.now()
 	i := 0
 	defer func() {
 		if r := recover(); r != nil {
@@ -128,7 +144,7 @@ func (s *sourceRoot[T]) stamp() (err error) {
 			p.Timestamp = s.tsFn(s.batch.Values[i], *p).UnixMilli()
 		}
 		if s.wm.carried == nil {
-			s.wm.observe(p, now)
+			s.wm.observe(p, s.waited)
 		}
 	}
 	return nil
@@ -218,7 +234,8 @@ func SourceWithWatermarks[T any](g *Graph, name string, factory SourceFactory[T]
 					}
 				}
 			}
-			s.wm = newWatermarkGen(strategy.OutOfOrderness, strategy.Idleness, splits, t.now())
+			s.waited = t.now()
+			s.wm = newWatermarkGen(strategy.OutOfOrderness, strategy.Idleness, splits, s.waited)
 			if a := t.restoredAck(n.name); a != nil && a.Watermark != nil {
 				// Sent first, before the records after the checkpoint.
 				s.wm.out = wmark{ts: *a.Watermark}

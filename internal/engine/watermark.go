@@ -22,10 +22,13 @@ import (
 // (and 1 ms). The source's watermark is the least over its splits, leaving
 // out the idle ones, which have had no record for the strategy's idleness;
 // when all are idle the source says so, and operators with several inputs
-// leave it out. Watermarks never go back. A bounded source that ends sends
-// the watermark at the end of time, which fires every event-time timer. A
-// drained source (a graceful stop, a hand-off) does not: its windows are
-// still open and go on at the next owner.
+// leave it out. Idleness counts only the time the source waited for input:
+// while it is busy with a batch or blocked downstream it reads no split,
+// and a split it did not read is not idle for that. Watermarks never go
+// back. A bounded source that ends sends the watermark at the end of time,
+// which fires every event-time timer. A drained source (a graceful stop, a
+// hand-off) does not: its windows are still open and go on at the next
+// owner.
 //
 // The highest timestamp per split is part of each checkpoint (the source
 // positions' MaxTimestamp), so a restored source resumes its watermark.
@@ -38,7 +41,11 @@ type WatermarkStrategy[T any] struct {
 	// Idleness leaves a split out of the source's watermark once it has
 	// had no record for this long, so that an empty partition does not
 	// hold event time back; a split that never had a record counts from
-	// the task's start. 0: splits are never idle.
+	// the task's start. Only time the source spends waiting for input
+	// counts: time it is busy or blocked (a slow operator, backpressure, a
+	// wait for a transaction slot) does not, or a split it had no chance
+	// to read would go idle and its next records be late. 0: splits are
+	// never idle.
 	Idleness time.Duration
 	// Timestamp extracts a record's event time; nil keeps the source's
 	// timestamp (for Kafka, the record's timestamp).
@@ -141,7 +148,7 @@ type splitKey struct {
 type splitClock struct {
 	max  int64     // highest timestamp seen
 	seen bool      // any record (or a restored max)
-	last time.Time // when the last record came (processing time)
+	last time.Time // when the last record came (on the clock idleness counts on)
 }
 
 // watermarkGen keeps a source's watermark, per split.
