@@ -2,13 +2,17 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/weirstream/weir/internal/cli"
 	"github.com/weirstream/weir/internal/engine"
 	"github.com/weirstream/weir/source"
 )
@@ -49,6 +53,46 @@ func newBadRecords(c *Config, internal []string, opts []kgo.Opt) (_ *badRecords,
 		return nil, nil, fmt.Errorf("dead-letter producer: %w", err)
 	}
 	return b, b.cl.Close, nil
+}
+
+// checkDeadLetter fails, naming --dead-letter, when dead-lettering is on
+// and the topic does not exist. Each task's source checks it again when it
+// opens, but a missing topic found only there is a task failing and
+// restarting until it gives up, and nothing on a worker of a group that
+// gets no task. It waits up to wait for a topic the brokers do not know
+// yet, as the inputs' check does: a topic just created reaches their
+// metadata a moment later.
+func checkDeadLetter(ctx context.Context, c *Config, opts []kgo.Opt, wait time.Duration) error {
+	if !c.deadLettering() {
+		return nil
+	}
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(c.Brokers...)}, opts...)...)
+	if err != nil {
+		return fmt.Errorf("dead-letter topic %q: %w", c.DeadLetter, err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	deadline := time.Now().Add(wait)
+	for {
+		tds, err := adm.ListTopics(ctx, c.DeadLetter)
+		if err != nil {
+			return fmt.Errorf("dead-letter topic %q: %w", c.DeadLetter, err)
+		}
+		td, ok := tds[c.DeadLetter]
+		switch {
+		case ok && td.Err == nil:
+			return nil
+		case ok && !errors.Is(td.Err, kerr.UnknownTopicOrPartition):
+			return fmt.Errorf("dead-letter topic %q: %w", c.DeadLetter, td.Err)
+		case time.Now().After(deadline):
+			return cli.UsageError{Err: fmt.Errorf("--dead-letter: topic %q does not exist (create it before the job starts)", c.DeadLetter)}
+		}
+		select { // pacing: the broker gives no signal when metadata lands
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // MisKeyed implements engine.BadRecords. A dead letter has the key's

@@ -174,6 +174,11 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 	if c.DeadLetter != "" && (slices.Contains(e.Inputs, c.DeadLetter) || slices.Contains(e.Outputs, c.DeadLetter)) {
 		return cli.UsageError{Err: fmt.Errorf("--dead-letter: %q is also an input or output topic of the job", c.DeadLetter)}
 	}
+	// Dead letters written to a KeyBy's topic would be read back as
+	// records weir wrote, which fail the task whatever the policy.
+	if c.DeadLetter != "" && slices.Contains(internal, c.DeadLetter) {
+		return cli.UsageError{Err: fmt.Errorf("--dead-letter: %q is an internal (repartition) topic of the job", c.DeadLetter)}
+	}
 
 	// A topic created just before the worker starts may not be in the
 	// brokers' metadata yet. This is the worker's first request to Kafka,
@@ -200,6 +205,9 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		if t >= parts {
 			return cli.UsageError{Err: fmt.Errorf("--tasks: task %d has no partition: input %s has %d partitions (0..%d)", t, inputs, parts, parts-1)}
 		}
+	}
+	if err := checkDeadLetter(ctx, c, w.kafka, 10*time.Second); err != nil {
+		return err
 	}
 
 	w.storage = w.opts.Storage
