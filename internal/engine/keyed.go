@@ -161,7 +161,10 @@ func (c *Context[K, Out]) Position() Position { return *c.cursor }
 func (c *Context[K, Out]) Now() time.Time { return c.now() }
 
 // Timestamp is the event time of the record at hand, or, in OnEventTimer,
-// the timer's time. Records emitted now carry it.
+// the timer's time; in OnTimer, that of the record the task processed
+// last, and before any (a restored timer due at once) the operator's
+// watermark and 1 ms, or with no watermark the processing time. Records
+// emitted now carry it.
 func (c *Context[K, Out]) Timestamp() time.Time { return time.UnixMilli(c.cursor.Timestamp) }
 
 // Watermark is the operator's event time: the least watermark of its
@@ -486,7 +489,7 @@ func fireKeyedTimers[K, Out any](k *keyedState, codec state.Codec[K], ctx *Conte
 	// record processed last, as before; it is not that record.
 	saved := *k.cursor
 	defer func() { *k.cursor = saved }()
-	*k.cursor = emittedPosition(k.name, saved.Timestamp)
+	*k.cursor = emittedPosition(k.name, timerEventTime(saved, k.wm, now))
 	return k.timers.FireDue(now, func(ts time.Time) (err error) {
 		defer k.recoverTo(&err)
 		key, err := codec.Decode(k.scope.Key())
@@ -499,6 +502,22 @@ func fireKeyedTimers[K, Out any](k *keyedState, codec state.Codec[K], ctx *Conte
 		}
 		return nil
 	})
+}
+
+// timerEventTime is the event time of what a processing-time timer emits:
+// that of the record the task processed last (last), and before any (a
+// timer due at once after a restore) the operator's event time, its
+// watermark wm and 1 ms (the earliest time not late downstream); with no
+// watermark either, the processing time now. It was 0 there: 1970,
+// behind every window's watermark downstream, where it was dropped.
+func timerEventTime(last Position, wm int64, now time.Time) int64 {
+	switch {
+	case last != (Position{}):
+		return last.Timestamp
+	case wm != noWatermark && wm < endOfTime:
+		return wm + 1
+	}
+	return now.UnixMilli()
 }
 
 // KeyedProcess adds a keyed operator. factory runs once per task: it declares
