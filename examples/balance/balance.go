@@ -13,6 +13,7 @@
 package balance
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,20 +98,33 @@ func Apply(before int64, t Transfer) Balance {
 }
 
 // Decode reads a transfer from a Kafka record's JSON value. A transfer
-// without an id or an account is an error: the source dead-letters the record
-// or fails the task, as configured, instead of crediting nobody.
+// without an id, an account or an amount, or with a field it does not know
+// (a misspelled "amout"), is an error: the source dead-letters the record
+// or fails the task, as configured, instead of crediting nobody or
+// crediting 0.
 func Decode(r *kgo.Record) (Transfer, error) {
-	var t Transfer
-	if err := json.Unmarshal(r.Value, &t); err != nil {
+	var t struct {
+		Transfer
+		Amount *int64 `json:"amount"`
+	}
+	d := json.NewDecoder(bytes.NewReader(r.Value))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&t); err != nil {
 		return Transfer{}, fmt.Errorf("transfer: %w", err)
 	}
-	if t.ID == "" {
+	if d.More() {
+		return Transfer{}, errors.New("transfer: more than one JSON value")
+	}
+	switch {
+	case t.ID == "":
 		return Transfer{}, errors.New("transfer: no id")
-	}
-	if t.Account == "" {
+	case t.Account == "":
 		return Transfer{}, fmt.Errorf("transfer %s: no account", t.ID)
+	case t.Amount == nil:
+		return Transfer{}, fmt.Errorf("transfer %s: no amount", t.ID)
 	}
-	return t, nil
+	t.Transfer.Amount = *t.Amount
+	return t.Transfer, nil
 }
 
 // Encode writes a balance as JSON, keyed by account: an account's balances
