@@ -84,7 +84,7 @@ func Tumbling(size time.Duration) WindowAssigner { return engine.TumblingWindows
 // Sliding windows of size starting every slide (size a multiple of slide).
 func Sliding(size, slide time.Duration) WindowAssigner { return engine.SlidingWindows(size, slide) }
 
-// Session windows: a key's records less than gap apart, merged.
+// Session windows: a key's records at most gap apart, merged.
 func Session(gap time.Duration) WindowAssigner { return engine.SessionWindows(gap) }
 
 // Windowed is the output of a window operator: its results, and the

@@ -71,8 +71,9 @@ func SlidingWindows(size, slide time.Duration) WindowAssigner {
 	return w
 }
 
-// SessionWindows group a key's records that come less than gap apart: a
-// record opens [ts, ts+gap), and windows that overlap merge.
+// SessionWindows group a key's records that come at most gap apart: a
+// record opens [ts, ts+gap), and windows that overlap or touch merge, as
+// in Flink and Kafka Streams.
 func SessionWindows(gap time.Duration) WindowAssigner {
 	w := WindowAssigner{kind: session, gap: gap.Milliseconds(), name: "session"}
 	if w.gap <= 0 {
@@ -286,14 +287,15 @@ func (o *windowOp[K, In, Out]) fireNow(ns []byte, start, end int64) error {
 }
 
 // addToSession puts v into the key's session windows: [ts, ts+gap) merged
-// with every session it overlaps. Whether v is late is judged on the merged
-// session, as Flink does.
+// with every session it overlaps or touches (records exactly gap apart are
+// one session, as in Flink and Kafka Streams). Whether v is late is judged
+// on the merged session, as Flink does.
 func (o *windowOp[K, In, Out]) addToSession(v In, ts int64) error {
 	start, end := ts, ts+o.assigner.gap
 	type span struct{ start, end int64 }
 	var overlapping []span
 	err := o.sessions.Range(func(s, e int64) error {
-		if s < end && start < e {
+		if s <= end && start <= e {
 			overlapping = append(overlapping, span{s, e})
 		}
 		return nil

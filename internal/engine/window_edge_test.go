@@ -149,6 +149,17 @@ func TestLateRecordsDroppedAreCounted(t *testing.T) {
 
 func at(ms int64) wEvent { return wEvent{Key: 1, TS: wBase + ms, ID: 1 << 32} }
 
+// TestSessionsExactlyGapApart: records exactly gap apart are one session,
+// as in Flink (whose windows merge when they touch) and Kafka Streams; a
+// record a millisecond further is another.
+func TestSessionsExactlyGapApart(t *testing.T) {
+	fired, late := runEdge(t, []wEvent{at(0), at(10), at(21), at(100)}, stream.Session(10*time.Millisecond), 0)
+	want := [][3]int64{{0, 20, 2}, {21, 31, 1}, {100, 110, 1}}
+	if !slices.Equal(fired, want) || late != 0 {
+		t.Fatalf("fired %v, %d late; want %v, none late", fired, late, want)
+	}
+}
+
 // TestSessionTimerSharedWithAnother: session [20,30)'s firing timer (29) is
 // also session [0,10)'s cleanup timer (9+20); extending [0,10) (fired
 // already, within its lateness: it fires again, merged) must not take the

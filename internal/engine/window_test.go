@@ -157,7 +157,8 @@ func expectFirings(events []wEvent, size, slide int64) map[wKey][]int64 {
 	return want
 }
 
-// expectSessions is, per session of on-time records, its count.
+// expectSessions is, per session of on-time records, its count: records
+// at most gap apart are one session.
 func expectSessions(events []wEvent, gap int64) map[wKey][]int64 {
 	byKey := map[uint64][]int64{}
 	for _, e := range events {
@@ -170,7 +171,7 @@ func expectSessions(events []wEvent, gap int64) map[wKey][]int64 {
 		slices.Sort(ts)
 		start, end, n := ts[0], ts[0]+gap, int64(1)
 		for _, x := range ts[1:] {
-			if x < end {
+			if x <= end {
 				end, n = max(end, x+gap), n+1
 				continue
 			}
