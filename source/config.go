@@ -106,6 +106,9 @@ type Config[T any] struct {
 	// DeadLetterTopic receives records that fail to decode. It must exist
 	// when the reader opens.
 	DeadLetterTopic string
+	// DeadLettered, if set, is called after each record the broker
+	// acknowledged on DeadLetterTopic (a metric's counter).
+	DeadLettered func()
 
 	// GroupID is the consumer group whose committed offsets a Committer
 	// writes for lag monitoring. The reader itself never joins or reads a

@@ -504,6 +504,9 @@ func (r *reader[T]) take(ctx context.Context, b *engine.Batch[T], rec *kgo.Recor
 			return fmt.Errorf("dead-letter record %s to %s (decode error: %v): %w",
 				pos, r.cfg.DeadLetterTopic, decodeErr, err)
 		}
+		if r.cfg.DeadLettered != nil {
+			r.cfg.DeadLettered()
+		}
 		r.log.Warn("kafka source dead-lettered a record that does not decode",
 			"topic", rec.Topic, "partition", rec.Partition, "offset", rec.Offset,
 			"dead_letter_topic", r.cfg.DeadLetterTopic, "error", decodeErr)

@@ -124,6 +124,10 @@ func kafkaSource[T any](env *jobenv.Env, op, topic string, decode Decoder[T]) (e
 		if env.In != nil {
 			in = env.In(info.Task)
 		}
+		if env.DeadLettered != nil {
+			dead := env.DeadLettered(info.Task)
+			tc.DeadLettered = func() { dead.Add(1) }
+		}
 		check := env.CheckRecord
 		tc.Decode = func(r *kgo.Record) (T, error) {
 			// A record over the worker's bounds is a bad record: the

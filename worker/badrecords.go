@@ -32,12 +32,13 @@ type badRecords struct {
 	// fail.
 	topic string
 	cl    *kgo.Client
+	st    *Stats // counts what it dead-letters; nil counts nothing
 }
 
 // newBadRecords returns the worker's bad-record handling; close releases
 // its producer.
-func newBadRecords(c *Config, internal []string, opts []kgo.Opt) (_ *badRecords, close func(), err error) {
-	b := &badRecords{internal: map[string]bool{}, topic: c.DeadLetter}
+func newBadRecords(c *Config, st *Stats, internal []string, opts []kgo.Opt) (_ *badRecords, close func(), err error) {
+	b := &badRecords{internal: map[string]bool{}, topic: c.DeadLetter, st: st}
 	for _, t := range internal {
 		b.internal[t] = true
 	}
@@ -127,6 +128,9 @@ func (b *badRecords) MisKeyed(ctx context.Context, info engine.TaskInfo, pos eng
 	if perr := b.cl.ProduceSync(ctx, rec).FirstErr(); perr != nil {
 		// Not ErrMisKeyed: the task restarts and tries again.
 		return fmt.Errorf("dead-letter mis-keyed record %s to %s: %w (the record: %s)", pos, b.topic, perr, err.Error())
+	}
+	if b.st != nil {
+		b.st.task(info.Task).misKeyed.Add(1)
 	}
 	if info.Logger != nil {
 		info.Logger.Warn("dead-lettered a record keyed by a key of another task",

@@ -27,7 +27,7 @@ func TestBadRecordsPolicy(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := validConfig()
 			c.DeadLetter = tc.deadLetter
-			b, closeB, err := newBadRecords(&c, []string{"job-by-word-repartition"}, nil)
+			b, closeB, err := newBadRecords(&c, nil, []string{"job-by-word-repartition"}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -112,6 +112,7 @@ func TestHTTPEndpoints(t *testing.T) {
 
 	w.stats.task(1).in.Add(7)
 	w.stats.task(1).out.Add(5)
+	w.stats.task(1).undecoded.Add(2)
 	o.FirstRecord("count", 1, 8*time.Millisecond)
 	m := manifest(4, time.Now().Add(-20*time.Millisecond), 100, 23)
 	m.Operators = append(m.Operators, checkpoint.Ack{Operator: "output", Committables: []checkpoint.Committable{{TransactionalID: "a"}, {TransactionalID: "b"}}})
@@ -129,6 +130,8 @@ func TestHTTPEndpoints(t *testing.T) {
 	for _, want := range []string{
 		`weir_records_in_total{job="count",task="1"} 7`,
 		`weir_records_out_total{job="count",task="1"} 5`,
+		`weir_dead_letters_total{job="count",reason="decode",task="1"} 2`,
+		`weir_dead_letters_total{job="count",reason="mis_keyed",task="1"} 0`,
 		`weir_checkpoint_size_bytes{job="count",task="1"} 123`,
 		`weir_checkpoints_completed_total{job="count",task="1"} 1`,
 		`weir_checkpoint_last_id{job="count",task="1"} 4`,

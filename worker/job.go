@@ -113,6 +113,7 @@ func jobEnv(c *Config, st *Stats, k *kpromSet, kafka []kgo.Opt) (*jobenv.Env, er
 		MaxRecordBytes: int(c.Memory.ProducerBatchMaxBytes),
 		In:             func(t int) *atomic.Int64 { return &st.task(t).in },
 		Out:            func(t int) *atomic.Int64 { return &st.task(t).out },
+		DeadLettered:   func(t int) *atomic.Int64 { return &st.task(t).undecoded },
 		WriteError:     func(err error) error { return tooLarge(err, c.Memory.ProducerBatchMaxBytes) },
 	}
 	if c.delivery() == sink.ExactlyOnce {

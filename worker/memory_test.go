@@ -113,7 +113,8 @@ func TestRecordTooLarge(t *testing.T) {
 		// capped at half this.
 		cfg.RestartAllowance = 200 * time.Millisecond
 		mod(j, &cfg)
-		j.start(t, cfg, []Job{bytesJob()}, Options{})
+		j.stats = &Stats{}
+		j.start(t, cfg, []Job{bytesJob()}, Options{Stats: j.stats})
 		var rs []*kgo.Record
 		for i := range 50 {
 			rs = append(rs, small(i))
@@ -185,6 +186,10 @@ func TestRecordTooLarge(t *testing.T) {
 			t.Errorf("dead letter headers %v, want the record's offset 50, topic %s and the setting", h, j.in)
 		}
 		t.Logf("dead letter: %s", h[source.HeaderError])
+		// weir_dead_letters_total{reason="decode"}
+		if n := j.stats.task(0).undecoded.Load(); n != 1 {
+			t.Errorf("the worker counted %d records dead-lettered for not decoding, want 1", n)
+		}
 	})
 
 	t.Run("output/producer", func(t *testing.T) {

@@ -97,6 +97,8 @@ func newMetrics(job string, st *Stats) *metrics {
 		records: &recordsCollector{st: st,
 			in:  prometheus.NewDesc("weir_records_in_total", "Input records decoded, per task (replays after a restore included).", []string{"task"}, constLabels),
 			out: prometheus.NewDesc("weir_records_out_total", "Output records written, per task (rewrites after a restore included).", []string{"task"}, constLabels),
+			dead: prometheus.NewDesc("weir_dead_letters_total", "Records written to --dead-letter, per task, by reason: decode (the decoder refused it) "+
+				"or mis_keyed (keyed by another task's key); again after a restore.", []string{"task", "reason"}, constLabels),
 		},
 	}
 	m.collectable = []prometheus.Collector{m.completed, m.aborted, m.failures, m.lateDropped, m.duration, m.size, m.incremental, m.lastID, m.offset,
@@ -116,8 +118,9 @@ func (m *metrics) register(r prometheus.Registerer) error {
 	return nil
 }
 
-// taskCounts are one task's record counters.
-type taskCounts struct{ in, out atomic.Int64 }
+// taskCounts are one task's record counters: read, written, and
+// dead-lettered (not decoded, or keyed by another task's key).
+type taskCounts struct{ in, out, undecoded, misKeyed atomic.Int64 }
 
 // task returns the counters of task t.
 func (s *Stats) task(t int) *taskCounts {
@@ -139,17 +142,23 @@ func (s *Stats) taskCounts(t int) (in, out int64) {
 
 // recordsCollector reports the per-task record counters at each scrape.
 type recordsCollector struct {
-	st      *Stats
-	in, out *prometheus.Desc
+	st            *Stats
+	in, out, dead *prometheus.Desc
 }
 
-func (r *recordsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- r.in; ch <- r.out }
+func (r *recordsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- r.in
+	ch <- r.out
+	ch <- r.dead
+}
 
 func (r *recordsCollector) Collect(ch chan<- prometheus.Metric) {
 	r.st.perTask.Range(func(k, v any) bool {
 		t, c := strconv.Itoa(k.(int)), v.(*taskCounts)
 		ch <- prometheus.MustNewConstMetric(r.in, prometheus.CounterValue, float64(c.in.Load()), t)
 		ch <- prometheus.MustNewConstMetric(r.out, prometheus.CounterValue, float64(c.out.Load()), t)
+		ch <- prometheus.MustNewConstMetric(r.dead, prometheus.CounterValue, float64(c.undecoded.Load()), t, "decode")
+		ch <- prometheus.MustNewConstMetric(r.dead, prometheus.CounterValue, float64(c.misKeyed.Load()), t, "mis_keyed")
 		return true
 	})
 }

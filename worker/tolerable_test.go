@@ -144,6 +144,7 @@ type faultJob struct {
 	drain    chan struct{}
 	done     chan error
 	produced int
+	stats    *Stats // the worker's, when the test gave it
 }
 
 // startFaultJob starts the worker of the count job with the test

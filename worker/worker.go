@@ -217,7 +217,7 @@ func (w *worker) run(ctx context.Context, jobs []Job) error {
 		}
 	}
 	reg := prometheus.NewRegistry()
-	badRecs, closeBad, err := newBadRecords(c, internal, w.kafka)
+	badRecs, closeBad, err := newBadRecords(c, w.stats, internal, w.kafka)
 	if err != nil {
 		return err
 	}

@@ -80,6 +80,9 @@ type Env struct {
 	// counter the tasks all added to per record was a cache line they
 	// fought over); nil counts nothing.
 	In, Out func(task int) *atomic.Int64
+	// DeadLettered counts the records a task's sources dead-lettered for
+	// not decoding; nil counts nothing.
+	DeadLettered func(task int) *atomic.Int64
 	// WriteError annotates an error of a sink's Write, PreCommit or Commit (a
 	// record too large names the settings it runs into); nil leaves it.
 	WriteError func(error) error
