@@ -231,8 +231,34 @@ func (r *reader[T]) ownClient(extra ...kgo.Opt) (*kgo.Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkConsumer(cl); err != nil {
+		cl.Close()
+		return nil, err
+	}
 	r.own = true
 	return cl, nil
+}
+
+// checkConsumer refuses a client whose options, the caller's after
+// consumerOpts, undo what reading exactly once rests on. franz-go takes
+// the last of an option given twice, so ClientOpts could, without a word.
+func checkConsumer(cl *kgo.Client) error {
+	var bad []string
+	// franz-go gives the level as the protocol's int8: 1 is READ_COMMITTED.
+	if v, ok := cl.OptValue(kgo.FetchIsolationLevel).(int8); !ok || v != 1 {
+		bad = append(bad, "kgo.FetchIsolationLevel other than ReadCommitted reads the records of aborted transactions")
+	}
+	if v, ok := cl.OptValue(kgo.ConsumeResetOffset).(kgo.Offset); !ok || v != kgo.NoResetOffset() {
+		bad = append(bad, "kgo.ConsumeResetOffset other than NoResetOffset skips, or reads again, "+
+			"the records of a position the log no longer holds")
+	}
+	if v, _ := cl.OptValue(kgo.KeepControlRecords).(bool); v {
+		bad = append(bad, "kgo.KeepControlRecords reads transaction markers as records")
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("source: the client options undo what reading exactly once rests on: %s", strings.Join(bad, "; "))
+	}
+	return nil
 }
 
 // consumerOpts are the options every reader's client starts with, its own
@@ -434,7 +460,9 @@ func (r *reader[T]) logLost(ctx context.Context, e kgo.FetchError) error {
 			what += ": records were deleted before the job read them, the log was truncated, or the topic was recreated"
 		case at < start:
 			what += fmt.Sprintf(": the log starts at offset %d now, records were deleted before the job read them "+
-				"(retention.ms or retention.bytes, kafka-delete-records)", start)
+				"(retention.ms or retention.bytes, kafka-delete-records); on a transactional input (an exactly-once job's output), "+
+				"what was deleted may be only the markers that ended transactions the job had read, if the topic had no new record "+
+				"for longer than its retention.ms (kafka-get-offsets.sh and the producers' records tell)", start)
 		default:
 			what += fmt.Sprintf(": the log ends at offset %d now, it was truncated (an unclean leader election) "+
 				"or the topic was deleted and recreated", end)

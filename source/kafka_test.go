@@ -525,3 +525,66 @@ func TestCommitter(t *testing.T) {
 		t.Errorf("partition 1 committed, but no position named it")
 	}
 }
+
+// TestClientOptionsCannotUndoExactlyOnce: options of the caller's come
+// after the reader's own, and franz-go takes the last: read_uncommitted,
+// a reset policy or control records kept would read aborted records, skip
+// a lost position silently, or take markers for records. The reader
+// refuses to open such a client, its own or a shared one.
+func TestClientOptionsCannotUndoExactlyOnce(t *testing.T) {
+	c := testcluster.Kafka(t)
+	topic := testcluster.UniqueName(t, "in")
+	createTopics(t, c, 2, topic)
+	for _, tc := range []struct {
+		name string
+		opt  kgo.Opt
+		want string
+	}{
+		{"read uncommitted", kgo.FetchIsolationLevel(kgo.ReadUncommitted()), "kgo.FetchIsolationLevel"},
+		{"reset", kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), "kgo.ConsumeResetOffset"},
+		{"control records", kgo.KeepControlRecords(), "kgo.KeepControlRecords"},
+	} {
+		open := func(t *testing.T, cfg source.Config[string], task int) error {
+			t.Helper()
+			f, err := source.Kafka(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, err := f(testCtx(t), engine.TaskInfo{Job: "job", Task: task, Operator: "src"}, nil)
+			if err == nil {
+				r.Close()
+			}
+			return err
+		}
+		t.Run(tc.name+"/own", func(t *testing.T) {
+			err := open(t, source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str, ClientOpts: []kgo.Opt{tc.opt}}, 0)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("open with %s: %v, want it refused naming it", tc.name, err)
+			}
+		})
+		t.Run(tc.name+"/shared", func(t *testing.T) {
+			// From the second task on, the readers share a client.
+			cs := source.NewConsumers(0, 1, func(string, int) []kgo.Opt { return []kgo.Opt{tc.opt} })
+			for task := range 2 {
+				err := open(t, source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str, Consumers: cs}, task)
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("task %d open with %s: %v, want it refused naming it", task, tc.name, err)
+				}
+			}
+		})
+	}
+	// The options the worker passes (TLS, SASL, fetch sizes) are fine.
+	if err := func() error {
+		f, err := source.Kafka(source.Config[string]{Brokers: c.Brokers, Topics: []string{topic}, Decode: str, ClientOpts: []kgo.Opt{kgo.FetchMaxBytes(1 << 20)}})
+		if err != nil {
+			return err
+		}
+		r, err := f(testCtx(t), engine.TaskInfo{Job: "job", Task: 0, Operator: "src"}, nil)
+		if err == nil {
+			r.Close()
+		}
+		return err
+	}(); err != nil {
+		t.Fatalf("open with a fetch size: %v", err)
+	}
+}

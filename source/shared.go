@@ -125,6 +125,10 @@ func (cs *Consumers) acquire(name string, brokers []string, log *slog.Logger) (*
 	if err != nil {
 		return nil, err
 	}
+	if err := checkConsumer(cl); err != nil {
+		cl.Close()
+		return nil, err
+	}
 	c := &consumer{
 		cs: cs, key: key, cl: cl, refs: 1, log: log,
 		high:  cs.queueBytes,
