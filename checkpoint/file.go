@@ -123,6 +123,9 @@ func (f *File) writeTemp(ctx context.Context, name string, r io.Reader) (string,
 		if !errors.Is(err, fs.ErrNotExist) || attempt == 3 {
 			return "", err
 		}
+		// The folder went (pruned, by this File or another process):
+		// what this File knows of it is stale, and it is made again.
+		f.forget(dir)
 	}
 	_, err := io.Copy(tf, ctxReader{ctx, r})
 	if err == nil {

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode"
+	"unicode/utf8"
 )
 
 // DefaultMaxObjectSize is the memory storage's default limit on one object.
@@ -145,6 +147,22 @@ func (m *Memory) Delete(ctx context.Context, name string) error {
 	return nil
 }
 
+// PrintableName says whether s is UTF-8 without control characters or
+// the non-characters U+FFFE and U+FFFF: what every storage, S3 listing
+// names in XML included, keeps as it is. Names of jobs, operators and
+// states go into object names, and are checked with it.
+func PrintableName(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) || r == 0xFFFE || r == 0xFFFF {
+			return false
+		}
+	}
+	return true
+}
+
 // checkName refuses names that are not clean relative slash paths, so that
 // every storage maps a name to the same single place.
 func checkName(name string) error {
@@ -162,6 +180,11 @@ func checkName(name string) error {
 			return fmt.Errorf("checkpoint: object name %q: segments starting with %q are reserved", name, tempPrefix)
 		case strings.ContainsRune(seg, '\\') || strings.ContainsRune(seg, 0):
 			return fmt.Errorf("checkpoint: object name %q: backslash or NUL", name)
+		case !PrintableName(seg):
+			// S3 lists names in XML, which has no place for them: a
+			// server answers another name, and retention or a restore
+			// would miss the object.
+			return fmt.Errorf("checkpoint: object name %q: a control character, or not UTF-8", name)
 		}
 	}
 	return nil

@@ -421,16 +421,25 @@ func (s *S3) List(ctx context.Context, prefix string) ([]string, error) {
 		in.MaxKeys = aws.Int32(s.listMaxKeys)
 	}
 	var names []string
+	truncated := false
 	for pages := s3.NewListObjectsV2Paginator(s.client, in); pages.HasMorePages(); {
 		page, err := pages.NextPage(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("list %s: %w", prefix, err)
 		}
+		truncated = aws.ToBool(page.IsTruncated)
 		for _, obj := range page.Contents {
 			if name, ok := strings.CutPrefix(aws.ToString(obj.Key), s.prefix); ok {
 				names = append(names, name)
 			}
 		}
+	}
+	// The paginator stops at a page without a continuation token, or with
+	// the one before: a server that says the list goes on and gives no
+	// way on would have the first pages taken for all of it (a restore
+	// taking an older manifest for the newest).
+	if truncated {
+		return nil, fmt.Errorf("list %s: the server says the list is truncated and gives no new continuation token", prefix)
 	}
 	slices.Sort(names)
 	return slices.Compact(names), nil

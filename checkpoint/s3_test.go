@@ -8,7 +8,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"reflect"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -491,5 +496,46 @@ func TestS3RefusesAServerWithoutConditionalWrites(t *testing.T) {
 	st := newTestS3(t, b, p.URL, b.Prefix+"nocond", nil)
 	if names, err := st.List(t.Context(), ""); err != nil || len(names) != 0 {
 		t.Errorf("left behind: %v (%v)", names, err)
+	}
+}
+
+// TestS3ListRefusesATruncatedListWithoutAWayOn: a server that marks a
+// page truncated and gives no continuation token stopped the SDK's
+// paginator quietly, and List returned the first page for all of it. It
+// is an error now.
+func TestS3ListRefusesATruncatedListWithoutAWayOn(t *testing.T) {
+	ctx := context.Background()
+	b := testcluster.S3(t)
+	up, err := url.Parse(b.Endpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := regexp.MustCompile(`<NextContinuationToken>[^<]*</NextContinuationToken>`)
+	proxy := httputil.NewSingleHostReverseProxy(up)
+	proxy.ModifyResponse = func(r *http.Response) error {
+		if r.Request.URL.Query().Get("list-type") != "2" {
+			return nil
+		}
+		body, err := io.ReadAll(r.Body)
+		r.Body.Close()
+		if err != nil {
+			return err
+		}
+		body = token.ReplaceAll(body, nil)
+		r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		r.Header.Set("Content-Length", strconv.Itoa(len(body)))
+		return nil
+	}
+	srv := httptest.NewServer(proxy)
+	defer srv.Close()
+	st := newTestS3(t, b, srv.URL, b.Prefix+"t", nil)
+	st.listMaxKeys = 2
+	for i := range 5 {
+		if err := st.Put(ctx, fmt.Sprintf("j/o%d", i), strings.NewReader("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := st.List(ctx, "j/"); err == nil || !strings.Contains(err.Error(), "continuation token") {
+		t.Fatalf("List = %q, %v; want an error: the server said there is more", got, err)
 	}
 }

@@ -540,3 +540,45 @@ func TestFileStorageWritesAfterAnotherPrunedItsFolders(t *testing.T) {
 		t.Fatalf("read back %q, %v", got, err)
 	}
 }
+
+// TestFileWritesIntoAFolderAnotherPruned: a folder this File made and
+// synced, then removed by another process (its retention pruning an empty
+// folder), is made again for the next write; the write failed for good,
+// this File taking the folder for made.
+func TestFileWritesIntoAFolderAnotherPruned(t *testing.T) {
+	root := t.TempDir()
+	f, err := NewFile(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := f.Put(ctx, "job/shared/0/op/inst/a", strings.NewReader("a")); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{"job/shared/0/op/inst", "job/shared/0/op"} {
+		if err := os.RemoveAll(filepath.Join(root, filepath.FromSlash(dir))); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Put(ctx, "job/shared/0/op/inst/b", strings.NewReader("b")); err != nil {
+			t.Fatalf("put after %s was pruned: %v", dir, err)
+		}
+	}
+}
+
+// TestNamesStorageKeepsAsTheyAre: S3 lists names in XML, which has no
+// place for control characters or bytes that are not UTF-8: a server
+// answered U+FFFD in their place, and retention deleted names that did
+// not exist while the objects stayed, and a restore found no
+// checkpoint. Such a name is refused by every storage.
+func TestNamesStorageKeepsAsTheyAre(t *testing.T) {
+	for _, name := range []string{"job/a\x01b/obj", "job/a\x1bb/obj", "job/a\xffb/obj", "job/a\ufffeb/obj", "job/a\u0085b/obj"} {
+		if err := checkName(name); err == nil {
+			t.Errorf("checkName(%q) = nil, want it refused", name)
+		}
+	}
+	for _, name := range []string{"job/é+%?#&<>~;*'\"/obj", "job/a\u2028b/obj", "job/日本/obj"} {
+		if err := checkName(name); err != nil {
+			t.Errorf("checkName(%q) = %v, want it kept", name, err)
+		}
+	}
+}

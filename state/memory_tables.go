@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/weirstream/weir/checkpoint"
 )
 
 type tableKind byte
@@ -358,8 +360,8 @@ func uvarintLen(n int) int {
 
 // validName rejects table names that cannot be one object name segment.
 func validName(name string) error {
-	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") {
-		return fmt.Errorf("state: invalid state name %q: want a non-empty name without slashes", name)
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\\\x00") || !checkpoint.PrintableName(name) {
+		return fmt.Errorf("state: invalid state name %q: want a non-empty name without slashes or control characters, in UTF-8", name)
 	}
 	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/weirstream/weir/checkpoint"
 )
 
 // Graph is a job's dataflow graph under construction. Nodes are added by the
@@ -81,6 +83,8 @@ func (g *Graph) add(name string, kind nodeKind, inputs ...*node) *node {
 		g.errorf("operator %d: name must not be empty", n.id)
 	case strings.ContainsAny(name, "/ \t\n"):
 		g.errorf("operator %q: name must not contain '/' or white space", name)
+	case !checkpoint.PrintableName(name):
+		g.errorf("operator %q: name must be UTF-8 without control characters (it names the operator's objects in checkpoint storage)", name)
 	case g.names[name]:
 		g.errorf("operator %q: name used twice (names identify state in checkpoints)", name)
 	}

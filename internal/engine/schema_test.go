@@ -135,3 +135,15 @@ func TestRestoreRefusesWindowsOfAnotherSize(t *testing.T) {
 		})
 	}
 }
+
+// TestOperatorNamesStorageKeeps: an operator's name names its objects in
+// checkpoint storage; one with a control character is refused at Build,
+// not found garbled in an S3 listing later.
+func TestOperatorNamesStorageKeeps(t *testing.T) {
+	job := stream.NewJob("names")
+	src := stream.Source(job, "numbers", stream.GeneratorSource(10, func(_ int, i int64) int64 { return i }))
+	stream.Sink(stream.Map(src, "double\x01", func(i int64) (int64, error) { return 2 * i, nil }), "out", stream.Collect[int64]().Sink())
+	if _, err := job.Build(); err == nil || !strings.Contains(err.Error(), "control characters") {
+		t.Fatalf("Build: %v, want the operator's name refused", err)
+	}
+}
