@@ -63,50 +63,53 @@ func (r *pollScript) Positions() []checkpoint.SourcePosition {
 
 func (r *pollScript) Close() error { return nil }
 
-// TestIdlenessCountsOnlyWaitingTime: split b goes idle when the source has
-// waited for input for the idleness without a record of b ("waiting": b's
-// next record is then late), not when the source spent that long on a
-// batch of split a ("busy": an operator behind it was slow, or its output
-// full) and so had no chance to read b: b's next record is on time, as it
-// would have been had the batch taken no time.
-func TestIdlenessCountsOnlyWaitingTime(t *testing.T) {
+// TestIdlenessJudgedWhenPollsReturn: a split is judged idle when a poll
+// returns, by what that poll could return, on processing time.
+//   - busy: the operator spent twice the idleness on a's record at +5000,
+//     while b's record at +1500 came in; the next poll hands it over, on
+//     time.
+//   - waiting: the source waited that long in Poll, and the poll brought
+//     a's record only: b is idle, its later record late.
+//   - backlog: a's records come at once poll after poll, each taking 300
+//     ms to process; b, empty, goes idle after the idleness all the same.
+//     Counted on the time spent in Poll only, it never did, and held the
+//     watermark back for the whole catch-up.
+func TestIdlenessJudgedWhenPollsReturn(t *testing.T) {
 	const idleness = time.Second
-	slow := onSplit(0, 1001)
+	late := onSplit(1, 1500)
+	backlog := []pollStep{{recs: []wEvent{onSplit(0, 1000), onSplit(1, 1000)}}}
+	for i := range int64(6) {
+		backlog = append(backlog, pollStep{recs: []wEvent{onSplit(0, 2000+i*1000)}})
+	}
 	for _, tc := range []struct {
-		name       string
-		waitInPoll time.Duration // before the poll that returns slow
-		busyOnSlow time.Duration // the operator's time on slow
-		late       []wEvent
+		name  string
+		steps []pollStep
+		busy  time.Duration // the operator's time on each record of a after the first
+		late  []wEvent
 	}{
-		{name: "busy", busyOnSlow: 2 * idleness},
-		// b is idle from the second poll on: the watermark follows a's,
-		// to +4999 ms, past b's record's window.
-		{name: "waiting", waitInPoll: 2 * idleness, late: []wEvent{onSplit(1, 1500)}},
+		{"busy", []pollStep{{recs: []wEvent{onSplit(0, 1000), onSplit(1, 1000)}}, {recs: []wEvent{onSplit(0, 5000)}}, {recs: []wEvent{late}}},
+			2 * idleness, nil},
+		{"waiting", []pollStep{{recs: []wEvent{onSplit(0, 1000), onSplit(1, 1000)}}, {wait: 2 * idleness, recs: []wEvent{onSplit(0, 5000)}}, {recs: []wEvent{late}}},
+			0, []wEvent{late}},
+		{"backlog", append(slices.Clip(backlog), pollStep{recs: []wEvent{late}}), 300 * time.Millisecond, []wEvent{late}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			clock := &fakeClock{start: time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC)}
-			steps := []pollStep{
-				{recs: []wEvent{onSplit(0, 1000), onSplit(1, 1000)}},
-				{wait: tc.waitInPoll, recs: []wEvent{slow}},
-				{recs: []wEvent{onSplit(0, 5000)}},
-				// On time for b, whose watermark is at +999 ms.
-				{recs: []wEvent{onSplit(1, 1500)}},
-			}
 			job := stream.NewJob("idleness")
 			src := stream.SourceWithWatermarks(job, "events", func(context.Context, engine.TaskInfo, []checkpoint.SourcePosition) (engine.SourceReader[wEvent], error) {
-				return &pollScript{clock: clock, steps: steps}, nil
+				return &pollScript{clock: clock, steps: tc.steps}, nil
 			}, stream.Watermarks[wEvent]{Idleness: idleness})
 			worked := stream.Map(src, "work", func(e wEvent) (wEvent, error) {
-				if e == slow {
-					clock.advance(tc.busyOnSlow)
+				if e.Key == 0 && e.TS > wBase+1000 {
+					clock.advance(tc.busy)
 				}
 				return e, nil
 			})
 			win := stream.Aggregate(stream.KeyByPartitioned(worked, "by-key", func(e wEvent) uint64 { return e.Key }, state.Uint64()), "windows",
 				stream.Tumbling(100*time.Millisecond), stream.WindowOptions{}, state.Int64(), countAdd, countMerge, countResult)
-			res, late := newTxnStore[wResult](), newTxnStore[wEvent]()
+			res, lateOut := newTxnStore[wResult](), newTxnStore[wEvent]()
 			stream.Sink(win.Results, "sink", res.sink())
-			stream.Sink(win.Late, "late", late.sink())
+			stream.Sink(win.Late, "late", lateOut.sink())
 			plan, err := job.Build()
 			if err != nil {
 				t.Fatal(err)
@@ -116,14 +119,14 @@ func TestIdlenessCountsOnlyWaitingTime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := late.visible(); !slices.Equal(got, tc.late) {
+			if got := lateOut.visible(); !slices.Equal(got, tc.late) {
 				t.Fatalf("late records %+v, want %+v", got, tc.late)
 			}
 			counted, total := int64(0), 0
 			for _, r := range res.visible() {
 				counted += r.Count
 			}
-			for _, s := range steps {
+			for _, s := range tc.steps {
 				total += len(s.recs)
 			}
 			if want := int64(total - len(tc.late)); counted != want {

@@ -23,15 +23,14 @@ type sourceRoot[T any] struct {
 	// timestamps, if the strategy says how.
 	wm   *watermarkGen
 	tsFn func(T, Position) time.Time
-	// waited is the clock a split's idleness counts on: the processing
-	// time when the source opened plus the time it has spent in Poll since,
-	// waiting for input. The time it spends on a batch (a slow operator, a
-	// full channel downstream, a wait for a transaction slot) is left out:
-	// a split the source did not read meanwhile had no chance to show a
-	// record, and declaring it idle would make its next records late (as
-	// Flink's FLINK-35886 found). Kept only when the strategy has an
-	// idleness: two clock reads per poll, none per record.
-	waited time.Time
+	// polled is when the last Poll returned: a split's idleness is judged
+	// then, by the records that Poll had a chance to return, also after a
+	// batch that took long to process (a slow operator, a full channel
+	// downstream, a wait for a transaction slot). Judged after the batch,
+	// a split the source had not polled meanwhile went idle, and its
+	// records buffered meanwhile were late at the next poll (what Flink's
+	// FLINK-35886 found). One clock read per poll, none per record.
+	polled time.Time
 }
 
 func (s *sourceRoot[T]) run(ctx context.Context) error {
@@ -61,14 +60,9 @@ func (s *sourceRoot[T]) run(ctx context.Context) error {
 
 func (s *sourceRoot[T]) poll(ctx context.Context) error {
 	s.batch.reset()
-	idleness := s.wm != nil && s.wm.idle > 0
-	var start time.Time
-	if idleness {
-		start = s.t.now()
-	}
 	err := s.reader.Poll(ctx, &s.batch)
-	if idleness {
-		s.waited = s.waited.Add(s.t.now().Sub(start))
+	if s.wm != nil {
+		s.polled = s.t.now()
 	}
 	ended := errors.Is(err, ErrEndOfInput)
 	if err != nil && !ended {
@@ -94,7 +88,7 @@ func (s *sourceRoot[T]) poll(ctx context.Context) error {
 			case !s.wm.sent:
 				// From the restored splits' highest timestamps, before
 				// this batch's.
-				first, ok = s.wm.advance(s.waited)
+				first, ok = s.wm.advance(s.polled)
 			}
 			if ok {
 				if err := s.out.watermark(first); err != nil {
@@ -117,7 +111,7 @@ func (s *sourceRoot[T]) poll(ctx context.Context) error {
 		}
 		s.end()
 	case s.wm != nil:
-		if w, ok := s.wm.advance(s.waited); ok {
+		if w, ok := s.wm.advance(s.polled); ok {
 			if err := s.out.watermark(w); err != nil {
 				return err
 			}
@@ -144,7 +138,7 @@ func (s *sourceRoot[T]) stamp() (err error) {
 			p.Timestamp = s.tsFn(s.batch.Values[i], *p).UnixMilli()
 		}
 		if s.wm.carried == nil {
-			s.wm.observe(p, s.waited)
+			s.wm.observe(p, s.polled)
 		}
 	}
 	return nil
@@ -234,8 +228,7 @@ func SourceWithWatermarks[T any](g *Graph, name string, factory SourceFactory[T]
 					}
 				}
 			}
-			s.waited = t.now()
-			s.wm = newWatermarkGen(strategy.OutOfOrderness, strategy.Idleness, splits, s.waited)
+			s.wm = newWatermarkGen(strategy.OutOfOrderness, strategy.Idleness, splits, t.now())
 			if a := t.restoredAck(n.name); a != nil && a.Watermark != nil {
 				// Sent first, before the records after the checkpoint.
 				s.wm.out = wmark{ts: *a.Watermark}

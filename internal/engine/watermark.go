@@ -22,9 +22,11 @@ import (
 // (and 1 ms). The source's watermark is the least over its splits, leaving
 // out the idle ones, which have had no record for the strategy's idleness;
 // when all are idle the source says so, and operators with several inputs
-// leave it out. Idleness counts only the time the source waited for input:
-// while it is busy with a batch or blocked downstream it reads no split,
-// and a split it did not read is not idle for that. Watermarks never go
+// leave it out. A split is judged idle when a poll returns, by the records
+// that poll could return, not after the batch is processed: a batch that
+// took long (a slow operator, backpressure) does not make a split idle
+// whose records came in meanwhile and wait for the next poll. Watermarks
+// never go
 // back. A bounded source that ends sends the watermark at the end of time,
 // which fires every event-time timer. A drained source (a graceful stop, a
 // hand-off) does not: its windows are still open and go on at the next
@@ -41,11 +43,8 @@ type WatermarkStrategy[T any] struct {
 	// Idleness leaves a split out of the source's watermark once it has
 	// had no record for this long, so that an empty partition does not
 	// hold event time back; a split that never had a record counts from
-	// the task's start. Only time the source spends waiting for input
-	// counts: time it is busy or blocked (a slow operator, backpressure, a
-	// wait for a transaction slot) does not, or a split it had no chance
-	// to read would go idle and its next records be late. 0: splits are
-	// never idle.
+	// the task's start. It is judged when a poll returns (see above). 0:
+	// splits are never idle.
 	Idleness time.Duration
 	// Timestamp extracts a record's event time; nil keeps the source's
 	// timestamp (for Kafka, the record's timestamp).
