@@ -71,6 +71,9 @@ func (e *DecodeError) Unwrap() error { return e.Err }
 
 type int64Codec struct{}
 
+// CodecName is the codec's name in checkpoints (see CodecName).
+func (int64Codec) CodecName() string { return "int64" }
+
 func (int64Codec) Append(dst []byte, v int64) []byte {
 	return binary.BigEndian.AppendUint64(dst, uint64(v)^(1<<63))
 }
@@ -84,6 +87,9 @@ func (int64Codec) Decode(b []byte) (int64, error) {
 
 type uint64Codec struct{}
 
+// CodecName is the codec's name in checkpoints (see CodecName).
+func (uint64Codec) CodecName() string { return "uint64" }
+
 func (uint64Codec) Append(dst []byte, v uint64) []byte {
 	return binary.BigEndian.AppendUint64(dst, v)
 }
@@ -96,6 +102,9 @@ func (uint64Codec) Decode(b []byte) (uint64, error) {
 }
 
 type float64Codec struct{}
+
+// CodecName is the codec's name in checkpoints (see CodecName).
+func (float64Codec) CodecName() string { return "float64" }
 
 func (float64Codec) Append(dst []byte, v float64) []byte {
 	u := math.Float64bits(v)
@@ -122,10 +131,16 @@ func (float64Codec) Decode(b []byte) (float64, error) {
 
 type stringCodec struct{}
 
+// CodecName is the codec's name in checkpoints (see CodecName).
+func (stringCodec) CodecName() string { return "string" }
+
 func (stringCodec) Append(dst []byte, v string) []byte { return append(dst, v...) }
 func (stringCodec) Decode(b []byte) (string, error)    { return string(b), nil }
 
 type bytesCodec struct{}
+
+// CodecName is the codec's name in checkpoints (see CodecName).
+func (bytesCodec) CodecName() string { return "bytes" }
 
 func (bytesCodec) Append(dst []byte, v []byte) []byte { return append(dst, v...) }
 
@@ -133,6 +148,11 @@ func (bytesCodec) Append(dst []byte, v []byte) []byte { return append(dst, v...)
 func (bytesCodec) Decode(b []byte) ([]byte, error) { return append([]byte{}, b...), nil }
 
 type jsonCodec[T any] struct{}
+
+// CodecName is "json", whatever T: a type renamed or moved keeps its
+// bytes, and a struct whose fields change is the user's to keep readable,
+// as for any JSON.
+func (jsonCodec[T]) CodecName() string { return "json" }
 
 // Append writes "null" for a value encoding/json rejects (a channel, a NaN);
 // handles do not use it but AppendChecked, which reports the error.

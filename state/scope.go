@@ -15,7 +15,7 @@ type KeyScope struct {
 
 // Declared returns each state declared through s by name, with what its
 // bytes mean: its kind and the names of its codecs (CodecName), such as
-// "value state.int64Codec". A runtime records it with a checkpoint and
+// "value int64". A runtime records it with a checkpoint and
 // refuses to restore a state into a declaration that reads its bytes as
 // another thing.
 func (s *KeyScope) Declared() map[string]string { return s.declared }
@@ -29,9 +29,10 @@ func (s *KeyScope) declare(name, what string) {
 
 // CodecName names what c's bytes are: the name c gives itself, with a
 // method CodecName() string, or else its Go type, such as
-// "state.jsonCodec[main.Order]". Two codecs of one name must read each
-// other's bytes: a codec whose type is renamed or moved, its bytes kept,
-// keeps its old name with the method.
+// "nexmark.idCodec". This package's codecs name themselves ("int64",
+// "json", ...). Checkpoints record these names: two codecs of one name
+// must read each other's bytes, and a codec whose type is renamed or
+// moved, its bytes kept, keeps its old name with the method.
 func CodecName(c any) string {
 	if n, ok := c.(interface{ CodecName() string }); ok {
 		return n.CodecName()

@@ -196,7 +196,7 @@ func WindowJoin[K, A, B, Out any](a KeyedStream[K, A], b KeyedStream[K, B], name
 		}
 		// Buffered per window: the key is (window start, sequence), and
 		// a timer at its end finds it by the size.
-		s.Describe("window", w.String())
+		s.Describe("window", w.Layout())
 		left, right, err := buffers(s, ca, cb)
 		if err != nil {
 			return CoProcessor[K, A, B, Out]{}, err

@@ -17,6 +17,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -112,8 +113,8 @@ func Decode(r *kgo.Record) (Transfer, error) {
 	if err := d.Decode(&t); err != nil {
 		return Transfer{}, fmt.Errorf("transfer: %w", err)
 	}
-	if d.More() {
-		return Transfer{}, errors.New("transfer: more than one JSON value")
+	if _, err := d.Token(); err != io.EOF {
+		return Transfer{}, errors.New("transfer: more after the JSON object")
 	}
 	switch {
 	case t.ID == "":

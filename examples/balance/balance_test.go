@@ -45,6 +45,9 @@ func TestDecodeAndEncode(t *testing.T) {
 		{`{"id":"t-1","account":"acc-7"}`, balance.Transfer{}, true},
 		{`{"id":"t-1","account":"acc-7","amout":5}`, balance.Transfer{}, true},
 		{`{"id":"t-1","account":"acc-7","amount":5} {"id":"t-2"}`, balance.Transfer{}, true},
+		{`{"id":"t-1","account":"acc-7","amount":5}}`, balance.Transfer{}, true},
+		{`{"id":"t-1","account":"acc-7","amount":5}]`, balance.Transfer{}, true},
+		{"{\"id\":\"t-1\",\"account\":\"acc-7\",\"amount\":5}\n", balance.Transfer{ID: "t-1", Account: "acc-7", Amount: 5}, false},
 		{`{"id":"t-1","account":"acc-7","amount":0}`, balance.Transfer{ID: "t-1", Account: "acc-7"}, false},
 	} {
 		got, err := balance.Decode(&kgo.Record{Value: []byte(tc.value)})

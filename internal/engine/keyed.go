@@ -369,6 +369,14 @@ func (k *keyedState) restore(t *task) error {
 	if err := k.checkSchema(t, a.Schema); err != nil {
 		return err
 	}
+	// A state the job no longer declares stays in the backend: what it
+	// means is carried on, so that a later version that declares it again
+	// is checked against what wrote it.
+	for what, meaning := range a.Schema {
+		if _, ok := k.schema[what]; !ok {
+			k.schema[what] = meaning
+		}
+	}
 	if err := k.backend.Restore(t.ctx, t.storage, *a.State); err != nil {
 		err = fmt.Errorf("operator %s: restore state of checkpoint %d: %w", k.name, t.restoredFrom, err)
 		if errors.Is(err, checkpoint.ErrCorrupt) || errors.Is(err, checkpoint.ErrNotFound) {

@@ -388,6 +388,12 @@ func CoProcess[K, In1, In2, Out any](in1 *Keyed[K, In1], in2 *Keyed[K, In2], nam
 	if factory == nil {
 		g.errorf("coProcess %q: factory is nil", name)
 	}
+	// Both inputs' keys address one state, encoded by the first input's
+	// codec: keyed by another codec, the second's would find none of it.
+	if in1.codec != nil && in2.codec != nil && state.CodecName(in1.codec) != state.CodecName(in2.codec) {
+		g.errorf("coProcess %q: its inputs are keyed by different codecs (%s and %s): a key must encode alike on both",
+			name, state.CodecName(in1.codec), state.CodecName(in2.codec))
+	}
 	out := newPort[Out](g, n)
 	connect(in1.in, n, 0)
 	connect(in2.in, n, 1)

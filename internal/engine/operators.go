@@ -51,7 +51,7 @@ const lateLogEvery = time.Minute
 func (b *opBase) dropLate(wm int64) {
 	b.t.observer.LateDropped(b.t.job, b.t.id, b.name)
 	b.late++
-	now := time.Now()
+	now := b.t.now()
 	if !b.lateLogged.IsZero() && now.Sub(b.lateLogged) < lateLogEvery {
 		return
 	}

@@ -24,11 +24,17 @@ func runOnce(t *testing.T, storage checkpoint.Storage, plan *engine.Plan) error 
 // key encoded by kc, the count by cc. It emits "key=count" per record.
 func schemaJob[K any, C interface{ ~int64 | ~uint64 }](t *testing.T, n int64, key func(int64) K, kc state.Codec[K], cc state.Codec[C], out *txnStore[string]) *engine.Plan {
 	t.Helper()
+	return schemaJobOf(t, n, key, kc, "count", cc, out)
+}
+
+// schemaJobOf is schemaJob with the count in state name.
+func schemaJobOf[K any, C interface{ ~int64 | ~uint64 }](t *testing.T, n int64, key func(int64) K, kc state.Codec[K], name string, cc state.Codec[C], out *txnStore[string]) *engine.Plan {
+	t.Helper()
 	job := stream.NewJob("schema")
 	src := stream.Source(job, "numbers", stream.GeneratorSource(n, func(_ int, i int64) int64 { return i }))
 	counts := stream.Process(stream.KeyByPartitioned(src, "by-key", key, kc), "count",
 		func(s *stream.Setup) (stream.Processor[K, int64, string], error) {
-			count, err := stream.ValueState(s, "count", cc)
+			count, err := stream.ValueState(s, name, cc)
 			return stream.Processor[K, int64, string]{Process: func(ctx *stream.Context[K, string], _ int64) error {
 				c, _, err := count.Get()
 				if err == nil {
@@ -71,6 +77,19 @@ func TestRestoreRefusesStateReadAnotherWay(t *testing.T) {
 			t.Fatalf("restored with the same codecs: %q, want 10 updates, key 3's count 11", got)
 		}
 	})
+	t.Run("undeclared in between", func(t *testing.T) {
+		// The version in between counts in another state; "count" stays
+		// in the backend, and what it means with it.
+		storage := first(t)
+		if err := runOnce(t, storage, schemaJobOf(t, 105, byKey, state.Uint64(), "tally", state.Int64(), newTxnStore[string]())); err != nil {
+			t.Fatal(err)
+		}
+		out := newTxnStore[string]()
+		err := runOnce(t, storage, schemaJob(t, 110, byKey, state.Uint64(), state.Uint64(), out))
+		if !errors.Is(err, engine.ErrIncompatibleCheckpoint) || !strings.Contains(err.Error(), `state/count was "value int64", is "value uint64"`) {
+			t.Fatalf("restored with another codec after a version without the state: %v (output %q); want it refused", err, out.visible())
+		}
+	})
 	for _, tc := range []struct {
 		name string
 		plan func(*testing.T, *txnStore[string]) *engine.Plan
@@ -78,10 +97,10 @@ func TestRestoreRefusesStateReadAnotherWay(t *testing.T) {
 	}{
 		{"value codec", func(t *testing.T, out *txnStore[string]) *engine.Plan {
 			return schemaJob(t, 110, byKey, state.Uint64(), state.Uint64(), out)
-		}, `state/count was "value state.int64Codec", is "value state.uint64Codec"`},
+		}, `state/count was "value int64", is "value uint64"`},
 		{"key codec", func(t *testing.T, out *txnStore[string]) *engine.Plan {
 			return schemaJob(t, 110, func(i int64) int64 { return i % 10 }, state.Int64(), state.Int64(), out)
-		}, `key was "state.uint64Codec", is "state.int64Codec"`},
+		}, `key was "uint64", is "int64"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out := newTxnStore[string]()
@@ -116,7 +135,7 @@ func TestRestoreRefusesWindowsOfAnotherSize(t *testing.T) {
 		name string
 		size time.Duration
 		want string // the refusal, "" none
-	}{{"same", time.Second, ""}, {"larger", 5 * time.Second, `window was "tumbling 1s", is "tumbling 5s"`}} {
+	}{{"same", time.Second, ""}, {"larger", 5 * time.Second, `window was "fixed 1s", is "fixed 5s"`}} {
 		t.Run(tc.name, func(t *testing.T) {
 			storage := checkpoint.NewMemory(checkpoint.MemoryOptions{})
 			// The first run's checkpoints record the windows' size. Its
@@ -145,5 +164,30 @@ func TestOperatorNamesStorageKeeps(t *testing.T) {
 	stream.Sink(stream.Map(src, "double\x01", func(i int64) (int64, error) { return 2 * i, nil }), "out", stream.Collect[int64]().Sink())
 	if _, err := job.Build(); err == nil || !strings.Contains(err.Error(), "control characters") {
 		t.Fatalf("Build: %v, want the operator's name refused", err)
+	}
+}
+
+// TestCoProcessInputsKeyedAlike: both inputs of a two-input operator
+// address one state by the key's bytes; keyed by codecs that encode a key
+// otherwise, a key's records of the second input found none of the
+// first's. Refused at Build.
+func TestCoProcessInputsKeyedAlike(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		kc   state.Codec[uint64]
+		want string
+	}{{"alike", state.Uint64(), ""}, {"otherwise", state.JSON[uint64](), "keyed by different codecs (uint64 and json)"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := stream.NewJob("pairs")
+			key := func(i int64) uint64 { return uint64(i) }
+			a := stream.KeyByPartitioned(stream.Source(job, "a", stream.GeneratorSource(1, func(_ int, i int64) int64 { return i })), "by-a", key, state.Uint64())
+			b := stream.KeyByPartitioned(stream.Source(job, "b", stream.GeneratorSource(1, func(_ int, i int64) int64 { return i })), "by-b", key, tc.kc)
+			joined := stream.IntervalJoin(a, b, "join", 0, 0, state.Int64(), state.Int64(), func(_ uint64, x, _ int64) (int64, error) { return x, nil })
+			stream.Sink(joined, "out", stream.Collect[int64]().Sink())
+			_, err := job.Build()
+			if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+				t.Fatalf("Build: %v, want %q", err, tc.want)
+			}
+		})
 	}
 }

@@ -96,18 +96,16 @@ func (w WindowAssigner) Windows(ts time.Time) []Window {
 	return out
 }
 
-// String says what windows w assigns, as "sliding 10s every 2s".
-func (w WindowAssigner) String() string {
-	ms := func(x int64) time.Duration { return time.Duration(x) * time.Millisecond }
-	switch w.kind {
-	case tumbling:
-		return "tumbling " + ms(w.size).String()
-	case sliding:
-		return fmt.Sprintf("sliding %v every %v", ms(w.size), ms(w.slide))
-	case session:
-		return "session gap " + ms(w.gap).String()
+// Layout says how w's windows find their state: "fixed 1s", a window by
+// its key and start, its timer at its end finding the start by the size
+// (tumbling and sliding windows alike, whatever the slide), or "sessions",
+// each of a key with its own end. A restore into windows of another
+// layout is refused: the windows open at the checkpoint would not fire.
+func (w WindowAssigner) Layout() string {
+	if w.kind == session {
+		return "sessions"
 	}
-	return "none"
+	return "fixed " + (time.Duration(w.size) * time.Millisecond).String()
 }
 
 // Size is the length of the assigner's windows (0 for session windows).
@@ -477,7 +475,7 @@ func addWindow[K, In, Out any](in *Keyed[K, In], name string, w WindowAssigner, 
 		// by its end: restored into windows of another size, none would
 		// fire (see checkpoint.Ack.Schema).
 		o.describe("key", state.CodecName(in.codec))
-		o.describe("window", w.String())
+		o.describe("window", w.Layout())
 		if err := o.open(t, n); err != nil {
 			return err
 		}
