@@ -21,6 +21,18 @@ type scored struct {
 	ID    string
 }
 
+// runFailing runs job's task 0 once, without a restart: a bad record
+// fails every attempt alike, and the test wants its error.
+func runFailing(t *testing.T, job *stream.Job) error {
+	t.Helper()
+	plan, err := job.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return engine.Run(context.Background(), plan, engine.Config{Tasks: []int{0}, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}),
+		StateDir: t.TempDir(), Checkpoint: checkpoint.Config{Interval: 10 * time.Millisecond}, MaxRestarts: 1, RestartBackoff: time.Millisecond})
+}
+
 // TestKeysThatFailToEncodeFailTheRecord: a key codec whose encoding fails
 // (JSON of +Inf, -Inf) fails the record, naming it. JSON's Append writes
 // "null" for them: keyed by it, +Inf and -Inf shared one state, nothing
@@ -59,13 +71,7 @@ func TestKeysThatFailToEncodeFailTheRecord(t *testing.T) {
 			keyed := stream.KeyByPartitioned(in, "by-score", score, state.JSON[float64]())
 			other := stream.KeyByPartitioned(stream.Source(job, "other", stream.SliceSource([][]scored{{{7, "x"}}})), "by-other", score, state.JSON[float64]())
 			stream.Sink(tc.job(keyed, other), "out", stream.Collect[string]().Sink())
-			plan, err := job.Build()
-			if err != nil {
-				t.Fatal(err)
-			}
-			// One attempt: the record fails every time.
-			err = engine.Run(context.Background(), plan, engine.Config{Tasks: []int{0}, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}),
-				StateDir: t.TempDir(), Checkpoint: checkpoint.Config{Interval: 10 * time.Millisecond}, MaxRestarts: 1, RestartBackoff: time.Millisecond})
+			err := runFailing(t, job)
 			var re *engine.RecordError
 			if !errors.As(err, &re) || !strings.Contains(err.Error(), "encode the record's key") || !strings.Contains(err.Error(), "+Inf") ||
 				re.Position.Offset != 1 {
@@ -89,12 +95,7 @@ func TestTimestampPanicFailsTheTask(t *testing.T) {
 		},
 	})
 	stream.Sink(in, "out", stream.Collect[scored]().Sink())
-	plan, err := job.Build()
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = engine.Run(context.Background(), plan, engine.Config{Tasks: []int{0}, Storage: checkpoint.NewMemory(checkpoint.MemoryOptions{}),
-		StateDir: t.TempDir(), Checkpoint: checkpoint.Config{Interval: 10 * time.Millisecond}, MaxRestarts: 1, RestartBackoff: time.Millisecond})
+	err := runFailing(t, job)
 	var re *engine.RecordError
 	if !errors.As(err, &re) || !errors.Is(err, engine.ErrPanic) || !strings.Contains(err.Error(), "no time field") || re.Position.Offset != 1 {
 		t.Fatalf("run: %v; want the record at offset 1 failed with the panic", err)

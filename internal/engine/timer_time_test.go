@@ -12,27 +12,6 @@ import (
 	"github.com/weirstream/weir/stream"
 )
 
-// endless is a source of recs, one a poll, that then has no more for ever,
-// resuming after its restored position.
-type endless struct {
-	recs []wEvent
-	next int64
-}
-
-func (o *endless) Poll(_ context.Context, b *engine.Batch[wEvent]) error {
-	if o.next < int64(len(o.recs)) {
-		b.Add(o.recs[o.next], engine.Position{Source: "events", Offset: o.next})
-		o.next++
-	}
-	return nil
-}
-
-func (o *endless) Positions() []checkpoint.SourcePosition {
-	return []checkpoint.SourcePosition{{Source: "events", Offset: o.next}}
-}
-
-func (o *endless) Close() error { return nil }
-
 // checkpointed tells when a completed checkpoint's source position reached
 // an offset.
 type checkpointed struct {
@@ -59,7 +38,7 @@ func TestProcessingTimerOutputAfterRestore(t *testing.T) {
 	out := newTxnStore[int64]()
 	job := stream.NewJob("reminders")
 	src := stream.SourceWithWatermarks(job, "events", func(_ context.Context, _ engine.TaskInfo, restored []checkpoint.SourcePosition) (engine.SourceReader[wEvent], error) {
-		r := &endless{recs: recs}
+		r := &oneByOne{recs: recs, endless: true}
 		for _, p := range restored {
 			r.next = p.Offset
 		}

@@ -18,14 +18,19 @@ import (
 )
 
 // oneByOne is a bounded source that polls one record at a time, so that a
-// watermark follows each record.
+// watermark follows each record; endless, it has no more for ever after
+// them instead of ending.
 type oneByOne struct {
-	recs []wEvent
-	next int64
+	recs    []wEvent
+	next    int64
+	endless bool
 }
 
 func (o *oneByOne) Poll(_ context.Context, b *engine.Batch[wEvent]) error {
 	if o.next >= int64(len(o.recs)) {
+		if o.endless {
+			return nil
+		}
 		return engine.ErrEndOfInput
 	}
 	b.Add(o.recs[o.next], engine.Position{Source: "events", Offset: o.next})
