@@ -26,10 +26,12 @@ type sourceRoot[T any] struct {
 	// polled is when the last Poll returned: a split's idleness is judged
 	// then, by the records that Poll had a chance to return, also after a
 	// batch that took long to process (a slow operator, a full channel
-	// downstream, a wait for a transaction slot). Judged after the batch,
-	// a split the source had not polled meanwhile went idle, and its
-	// records buffered meanwhile were late at the next poll (what Flink's
-	// FLINK-35886 found). One clock read per poll, none per record.
+	// downstream, a wait for a transaction slot). Judged after such a
+	// batch, every split went idle before the next poll could hand over
+	// what came in meanwhile: the source told its consumers it was idle,
+	// and a two-input operator after it let its other input run ahead
+	// (the kind of fault Flink's FLINK-35886 fixed). One clock read per
+	// poll, none per record.
 	polled time.Time
 }
 
